@@ -1,0 +1,91 @@
+// Package global is a CoreDNS plugin that answers <svc>.<ns>.global with the union of a local
+// headless Service and every Linkerd multicluster mirror of it, ordered by topology tier.
+//
+// The shape: watch (informers) -> index (global services, immutable snapshots) -> dns (this
+// package: names in, records out).
+package global
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
+	"github.com/globaldns/global/plugin/global/watch"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"k8s.io/client-go/kubernetes"
+)
+
+var log = telemetry.Log
+
+// Global is the plugin: the DNS handler over an index fed by a watcher.
+type Global struct {
+	Next  plugin.Handler
+	Zones []string
+	Fall  fall.F
+
+	ttl              uint32
+	preferNamespaces []string // order in which short names pick a namespace
+	startupTimeout   time.Duration
+	nsAddrs          []netip.Addr // the addresses ns1.dns.<zone> answers with
+
+	client  kubernetes.Interface
+	watcher *watch.Watcher
+	index   *index.Index
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Name implements plugin.Handler.
+func (g *Global) Name() string { return telemetry.Plugin }
+
+// Ready implements ready.Readiness: the index holds what the API had at the initial sync.
+func (g *Global) Ready() bool { return g.index.Ready() }
+
+// OnStartup starts the watcher and the index publisher and waits, up to startupTimeout, for the
+// first sync, so a freshly started server rarely answers SERVFAIL.
+func (g *Global) OnStartup() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	g.wg.Add(2)
+	go func() { defer g.wg.Done(); g.index.Run(ctx) }()
+	go func() {
+		defer g.wg.Done()
+		if err := g.watcher.Run(ctx, g.index); err != nil {
+			log.Errorf("watch: %v", err)
+		}
+	}()
+
+	deadline := time.NewTimer(g.startupTimeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	say := time.NewTicker(time.Second)
+	defer say.Stop()
+	for !g.index.Ready() {
+		select {
+		case <-poll.C:
+		case <-say.C:
+			log.Info("waiting for the Kubernetes API before starting the server")
+		case <-deadline.C:
+			log.Warningf("starting the server with an unsynced Kubernetes API: names in %v answer SERVFAIL until it syncs", g.Zones)
+			return nil
+		}
+	}
+	return nil
+}
+
+// OnShutdown stops the watcher and the publisher and waits for them: on a Corefile reload the
+// next instance is already running its own.
+func (g *Global) OnShutdown() error {
+	if g.cancel != nil {
+		g.cancel()
+		g.wg.Wait()
+	}
+	return nil
+}

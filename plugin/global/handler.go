@@ -1,0 +1,180 @@
+package global
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/request"
+	"github.com/miekg/dns"
+)
+
+// ServeDNS implements plugin.Handler. Names in our zones are always answered here (`.global` is a
+// public TLD: nothing leaks to the next plugin unless fallthrough says so, and only on NXDOMAIN).
+func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
+	state := request.Request{W: w, Req: r}
+	qname := state.Name()
+	zone := plugin.Zones(g.Zones).Matches(qname)
+	if zone == "" {
+		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
+	}
+	state.Zone = zone
+
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	snap := g.index.Snapshot()
+
+	switch n := parseName(qname, zone); n.kind {
+	case kindApex:
+		g.apex(state, m, snap)
+	case kindNameserver:
+		g.nameserver(state, m, snap)
+	default:
+		if !g.index.Ready() {
+			// Never NXDOMAIN before the first sync: the name may well exist.
+			m.Authoritative = false
+			m.Rcode = dns.RcodeServerFailure
+			setEDE(r, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
+			break
+		}
+		g.answer(state, m, snap, n)
+	}
+
+	if m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
+		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
+	}
+	w.WriteMsg(m)
+	return dns.RcodeSuccess, nil
+}
+
+// answer fills m for a name below the apex.
+func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) {
+	qtype := state.QType()
+	svc, ok := g.service(state, m, snap, n)
+	if !ok { // ambiguous short name: m holds the refusal
+		return
+	}
+	var view index.View
+	if svc != nil {
+		switch {
+		case n.host != "":
+			view, _ = svc.Host(n.cluster, n.host)
+		case n.cluster != "":
+			view, _ = svc.Cluster(n.cluster)
+		default:
+			view = svc.All()
+		}
+	}
+
+	switch {
+	case view.Empty():
+		// Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints; so do
+		// we. A one-label name may still be an empty non-terminal: a namespace with global
+		// services, or dns.<zone> above the nameserver's name.
+		if n.kind == kindService && n.short && (n.svc == "dns" || snap.HasNamespace(n.svc)) {
+			break
+		}
+		m.Rcode = dns.RcodeNameError
+	case n.kind == kindProto:
+	case n.kind == kindSRV:
+		srv, extra := g.srv(state.QName(), state.Zone, svc.Key, view, n.port, n.proto)
+		if len(srv) == 0 {
+			m.Rcode = dns.RcodeNameError
+		} else if qtype == dns.TypeSRV {
+			m.Answer, m.Extra = srv, extra
+		}
+	case qtype == dns.TypeA:
+		m.Answer = g.addrs(state.QName(), view.A)
+	case qtype == dns.TypeAAAA:
+		m.Answer = g.addrs(state.QName(), view.AAAA)
+	case qtype == dns.TypeSRV:
+		m.Answer, m.Extra = g.srv(state.QName(), state.Zone, svc.Key, view, "", "")
+	}
+	if len(m.Answer) == 0 {
+		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+	}
+}
+
+// service finds the global service a name refers to: nil when there is none. A short name that
+// several namespaces have, with no prefer_namespaces entry among them, is refused in m, with an
+// Extended DNS Error naming the candidates, and ok is false: it must never silently pick one.
+func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (svc *index.Service, ok bool) {
+	if n.kind == kindNone {
+		return nil, true
+	}
+	ns := n.ns
+	if n.short {
+		candidates := snap.Namespaces(n.svc)
+		switch len(candidates) {
+		case 0:
+			return nil, true
+		case 1:
+			ns = candidates[0]
+		default:
+			ns = preferred(g.preferNamespaces, candidates)
+			if ns == "" {
+				m.Authoritative = false
+				m.Rcode = dns.RcodeRefused
+				setEDE(state.Req, m, dns.ExtendedErrorCodeOther, fmt.Sprintf(
+					"global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
+					n.svc, strings.Join(candidates, ", "), n.svc, state.Zone))
+				return nil, false
+			}
+		}
+	}
+	return snap.Service(index.Key{Namespace: ns, Name: n.svc}), true
+}
+
+// preferred returns the first namespace of order that is among candidates, or "".
+func preferred(order, candidates []string) string {
+	for _, ns := range order {
+		for _, c := range candidates {
+			if c == ns {
+				return ns
+			}
+		}
+	}
+	return ""
+}
+
+// apex answers the zone's own name: SOA, NS, and NODATA for anything else.
+func (g *Global) apex(state request.Request, m *dns.Msg, snap *index.Snapshot) {
+	switch state.QType() {
+	case dns.TypeSOA:
+		m.Answer = []dns.RR{g.soa(state.Zone, snap)}
+	case dns.TypeNS:
+		ns := nameserver(state.Zone)
+		m.Answer = []dns.RR{&dns.NS{Hdr: g.hdr(state.QName(), dns.TypeNS), Ns: ns}}
+		m.Extra = g.glue(ns, dns.TypeA, dns.TypeAAAA)
+	default:
+		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+	}
+}
+
+// nameserver answers ns1.dns.<zone> with the addresses this server listens on.
+func (g *Global) nameserver(state request.Request, m *dns.Msg, snap *index.Snapshot) {
+	if q := state.QType(); q == dns.TypeA || q == dns.TypeAAAA {
+		m.Answer = g.glue(state.QName(), q)
+	}
+	if len(m.Answer) == 0 {
+		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+	}
+}
+
+func nameserver(zone string) string { return nameserverLabel + "." + zone }
+
+// setEDE attaches an Extended DNS Error (RFC 8914) to m when the request speaks EDNS; the server
+// then fits the OPT record to the client's.
+func setEDE(req, m *dns.Msg, code uint16, text string) {
+	o := req.IsEdns0()
+	if o == nil {
+		return
+	}
+	m.SetEdns0(o.UDPSize(), o.Do())
+	opt := m.IsEdns0()
+	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: text})
+}

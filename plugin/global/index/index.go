@@ -1,0 +1,231 @@
+package index
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/globaldns/global/plugin/global/telemetry"
+)
+
+// Snapshot is an immutable view of every global service. Readers load it once per query and
+// never lock.
+type Snapshot struct {
+	services   map[Key]*Service
+	names      map[string][]string // service name -> namespaces that have it, sorted
+	namespaces map[string]int      // namespace -> number of global services in it
+	// Serial changes whenever the snapshot does (seconds since the epoch, strictly increasing).
+	Serial uint32
+}
+
+// Service returns the global service k, or nil.
+func (s *Snapshot) Service(k Key) *Service { return s.services[k] }
+
+// Namespaces returns the namespaces, sorted, that have a global service called name.
+func (s *Snapshot) Namespaces(name string) []string { return s.names[name] }
+
+// HasNamespace reports whether namespace ns has at least one global service.
+func (s *Snapshot) HasNamespace(ns string) bool { return s.namespaces[ns] > 0 }
+
+// Len returns the number of global services.
+func (s *Snapshot) Len() int { return len(s.services) }
+
+// Keys returns every global service's key, in no particular order.
+func (s *Snapshot) Keys() []Key { return slices.Collect(maps.Keys(s.services)) }
+
+// Index maintains the Snapshot. Watch events mark global services dirty with Changed; one
+// publisher rebuilds the dirty ones from the Source and swaps in a new snapshot. Events that arrive
+// while it works are coalesced into the next round.
+type Index struct {
+	topo *Topology
+	src  Source
+	snap atomic.Pointer[Snapshot]
+
+	mu      sync.Mutex
+	dirty   map[Key]time.Time // first unpublished event per key
+	started bool              // the watcher has delivered the initial state
+	wake    chan struct{}
+	ready   atomic.Bool
+
+	pubMu   sync.Mutex     // one publisher at a time
+	records map[string]int // ready records per cluster, for the metric
+	subs    []func(Key)
+}
+
+// New returns an empty index that builds global services from src, ranked by topo.
+func New(topo *Topology, src Source) *Index {
+	ix := &Index{topo: topo, src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), records: map[string]int{}}
+	ix.snap.Store(&Snapshot{services: map[Key]*Service{}, names: map[string][]string{}, namespaces: map[string]int{}})
+	return ix
+}
+
+// Topology returns the topology the index ranks clusters with.
+func (ix *Index) Topology() *Topology { return ix.topo }
+
+// Snapshot returns the current snapshot.
+func (ix *Index) Snapshot() *Snapshot { return ix.snap.Load() }
+
+// Ready reports whether the index has published the state the watcher saw at its initial sync.
+func (ix *Index) Ready() bool { return ix.ready.Load() }
+
+// Subscribe registers f to be called, from the publisher, with the key of every global service
+// that a published snapshot changed. Call before Run.
+func (ix *Index) Subscribe(f func(Key)) { ix.subs = append(ix.subs, f) }
+
+// Changed marks global service k as needing a rebuild. Safe for concurrent use; cheap.
+func (ix *Index) Changed(k Key) {
+	now := time.Now()
+	ix.mu.Lock()
+	if _, ok := ix.dirty[k]; !ok {
+		ix.dirty[k] = now
+	}
+	ix.mu.Unlock()
+	ix.signal()
+}
+
+// Start tells the index that the watcher's caches hold the initial state; the next publication
+// makes the index Ready. Before Start nothing is built: the initial lists are built once, in bulk.
+func (ix *Index) Start() {
+	ix.mu.Lock()
+	ix.started = true
+	ix.mu.Unlock()
+	ix.signal()
+}
+
+func (ix *Index) signal() {
+	select {
+	case ix.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run publishes until ctx is done.
+func (ix *Index) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ix.wake:
+			ix.Publish()
+		}
+	}
+}
+
+// Publish rebuilds every dirty global service and publishes the result. Run calls it; tests may
+// call it directly to publish synchronously.
+func (ix *Index) Publish() {
+	ix.pubMu.Lock()
+	defer ix.pubMu.Unlock()
+
+	ix.mu.Lock()
+	if !ix.started {
+		ix.mu.Unlock()
+		return
+	}
+	dirty := ix.dirty
+	ix.dirty = map[Key]time.Time{}
+	ix.mu.Unlock()
+
+	if len(dirty) > 0 {
+		ix.publish(dirty)
+	}
+	ix.ready.Store(true)
+}
+
+func (ix *Index) publish(dirty map[Key]time.Time) {
+	old := ix.snap.Load()
+	next := &Snapshot{
+		services:   maps.Clone(old.services),
+		names:      maps.Clone(old.names),
+		namespaces: maps.Clone(old.namespaces),
+		Serial:     max(old.Serial+1, uint32(time.Now().Unix())),
+	}
+	changed := make([]Key, 0, len(dirty))
+	for k := range dirty {
+		prev, svc := old.services[k], ix.topo.Build(k, ix.src)
+		if prev == nil && svc == nil {
+			continue
+		}
+		changed = append(changed, k)
+		next.set(k, prev, svc)
+		ix.account(prev, svc)
+	}
+	ix.snap.Store(next)
+
+	now := time.Now()
+	for _, t := range dirty {
+		telemetry.ProgrammingDuration.Observe(now.Sub(t).Seconds())
+	}
+	telemetry.Services.Set(float64(len(next.services)))
+	for _, k := range changed {
+		for _, f := range ix.subs {
+			f(k)
+		}
+	}
+}
+
+// set replaces prev with svc (nil: removed) under k in the maps s got from maps.Clone; the
+// slices in names are shared with older snapshots, so they are copied before they change.
+func (s *Snapshot) set(k Key, prev, svc *Service) {
+	switch {
+	case svc == nil:
+		delete(s.services, k)
+		s.names[k.Name] = slices.DeleteFunc(slices.Clone(s.names[k.Name]), func(ns string) bool { return ns == k.Namespace })
+		if len(s.names[k.Name]) == 0 {
+			delete(s.names, k.Name)
+		}
+		if s.namespaces[k.Namespace]--; s.namespaces[k.Namespace] <= 0 {
+			delete(s.namespaces, k.Namespace)
+		}
+	case prev == nil:
+		s.services[k] = svc
+		ns := slices.Clone(s.names[k.Name])
+		i, _ := slices.BinarySearch(ns, k.Namespace)
+		s.names[k.Name] = slices.Insert(ns, i, k.Namespace)
+		s.namespaces[k.Namespace]++
+	default:
+		s.services[k] = svc
+	}
+}
+
+// account updates the per-cluster record gauges and logs the warnings svc has that prev had not,
+// so a surprising object is reported once, not on every rebuild.
+func (ix *Index) account(prev, svc *Service) {
+	for c, n := range readyPerCluster(prev) {
+		ix.records[c] -= n
+	}
+	for c, n := range readyPerCluster(svc) {
+		ix.records[c] += n
+	}
+	for c, n := range ix.records {
+		if n == 0 {
+			delete(ix.records, c)
+			telemetry.Records.DeleteLabelValues(c)
+			continue
+		}
+		telemetry.Records.WithLabelValues(c).Set(float64(n))
+	}
+	if svc == nil {
+		return
+	}
+	for _, w := range svc.Warnings {
+		if prev == nil || !slices.Contains(prev.Warnings, w) {
+			telemetry.Log.Warningf("%s: %s", svc.Key, w.Detail)
+			telemetry.Skipped.WithLabelValues(w.Reason).Inc()
+		}
+	}
+}
+
+func readyPerCluster(s *Service) map[string]int {
+	if s == nil {
+		return nil
+	}
+	out := make(map[string]int, len(s.clusters))
+	for c, v := range s.clusters {
+		out[c] = len(v.A) + len(v.AAAA)
+	}
+	return out
+}

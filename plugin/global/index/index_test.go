@@ -1,0 +1,242 @@
+package index_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/index/indextest"
+)
+
+var (
+	foo    = index.Key{Namespace: "db", Name: "foo"}
+	dbPort = []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	// A mirror's endpoints carry the remote target port; its Service carries the port to dial.
+	targetPort = []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}
+)
+
+func topology() *index.Topology {
+	return &index.Topology{
+		Local: "east",
+		Keys:  index.DefaultKeys,
+		Locality: map[string]map[string]string{
+			"east":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
+			"west":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
+			"north": {index.ZoneKey: "z2", index.RegionKey: "r1"},
+			"south": {index.ZoneKey: "z9", index.RegionKey: "r9"},
+		},
+	}
+}
+
+func TestTier(t *testing.T) {
+	topo := topology()
+	for cluster, want := range map[string]uint8{"east": 0, "west": 1, "north": 2, "south": 3, "unknown": 3} {
+		if got := topo.Tier(cluster); got != want {
+			t.Errorf("Tier(%s) = %d, want %d", cluster, got, want)
+		}
+	}
+	// Without this cluster's own locality nothing matches.
+	delete(topo.Locality, "east")
+	if got := topo.Tier("west"); got != 3 {
+		t.Errorf("Tier(west) without local locality = %d, want 3", got)
+	}
+}
+
+// scenario is the core setup: a local StatefulSet (one pod not ready) and mirrors from three
+// clusters at three distances, one of them entirely not ready.
+func scenario() *indextest.Source {
+	src := indextest.New()
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
+		indextest.Slice("foo-abc", dbPort,
+			indextest.Endpoint("foo-0", "10.0.0.3"),
+			indextest.Endpoint("foo-1", "10.0.0.1"),
+			indextest.NotReady(indextest.Endpoint("foo-2", "10.0.0.2"))))
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Cluster: "north", Ports: dbPort},
+		indextest.Slice("foo-north-x", targetPort, indextest.Endpoint("foo-0", "10.96.1.1")))
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
+		indextest.Slice("foo-west-x", targetPort,
+			indextest.Endpoint("foo-1", "10.96.0.10"),
+			indextest.Endpoint("foo-0", "10.96.0.20")))
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-south", Cluster: "south", Ports: dbPort},
+		indextest.Slice("foo-south-x", targetPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.2.1"))))
+	return src
+}
+
+func describe(rs []index.Record) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = fmt.Sprintf("%d %s %s %s", r.Tier, r.Cluster, r.Host, r.Addr)
+	}
+	return out
+}
+
+func TestBuildOrdersByTier(t *testing.T) {
+	svc := topology().Build(foo, scenario())
+	want := []string{
+		"0 east foo-0 10.0.0.3",
+		"0 east foo-1 10.0.0.1",
+		"1 west foo-0 10.96.0.20",
+		"1 west foo-1 10.96.0.10",
+		"2 north foo-0 10.96.1.1",
+	}
+	if got := describe(svc.All().A); !slices.Equal(got, want) {
+		t.Errorf("A order:\n got %q\nwant %q", got, want)
+	}
+	if len(svc.Records) != 7 {
+		t.Errorf("Records holds %d, want all 7 (not-ready ones too, for the writer)", len(svc.Records))
+	}
+	if n := len(svc.All().AAAA); n != 0 {
+		t.Errorf("AAAA has %d records", n)
+	}
+
+	var targets []string
+	for _, tg := range svc.All().Targets {
+		targets = append(targets, fmt.Sprintf("%d %s.%s %v", tg.Tier, tg.Host, tg.Cluster, tg.Ports[0].Port))
+	}
+	wantTargets := []string{"0 foo-0.east 5432", "0 foo-1.east 5432", "1 foo-0.west 5432", "1 foo-1.west 5432", "2 foo-0.north 5432"}
+	if !slices.Equal(targets, wantTargets) {
+		t.Errorf("targets (mirror ports must be the Service's, not the target port):\n got %q\nwant %q", targets, wantTargets)
+	}
+}
+
+func TestViews(t *testing.T) {
+	svc := topology().Build(foo, scenario())
+
+	west, ok := svc.Cluster("west")
+	if !ok || !slices.Equal(describe(west.A), []string{"1 west foo-0 10.96.0.20", "1 west foo-1 10.96.0.10"}) || len(west.Targets) != 2 {
+		t.Errorf("Cluster(west) = %v %v, %v", describe(west.A), west.Targets, ok)
+	}
+	east, _ := svc.Cluster("east")
+	if len(east.A) != 2 {
+		t.Errorf("local cluster view has %d ready records, want 2", len(east.A))
+	}
+	south, ok := svc.Cluster("south")
+	if !ok || !south.Empty() {
+		t.Errorf("Cluster(south) = %v, %v: a member without ready endpoints is known and empty", south, ok)
+	}
+	if _, ok := svc.Cluster("nowhere"); ok {
+		t.Error("Cluster(nowhere) found")
+	}
+
+	pod, ok := svc.Host("west", "foo-1")
+	if !ok || !slices.Equal(describe(pod.A), []string{"1 west foo-1 10.96.0.10"}) || len(pod.Targets) != 1 {
+		t.Errorf("Host(west, foo-1) = %v, %v", describe(pod.A), ok)
+	}
+	for _, h := range [][2]string{{"east", "foo-2"}, {"west", "foo-9"}, {"nowhere", "foo-0"}} {
+		if v, ok := svc.Host(h[0], h[1]); ok || !v.Empty() {
+			t.Errorf("Host(%s, %s) found: not-ready or unknown endpoints have no records", h[0], h[1])
+		}
+	}
+}
+
+func TestBuildDualStackAndDuplicates(t *testing.T) {
+	src := indextest.New()
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
+		indextest.Slice("v4", dbPort, indextest.Endpoint("foo-0", "10.0.0.1")),
+		indextest.Slice("v6", dbPort, indextest.Endpoint("foo-0", "fd00::1")),
+		// The same endpoint in a second slice, for a moment, not ready there.
+		indextest.Slice("v4-moving", dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1"))),
+	)
+	svc := topology().Build(foo, src)
+	if len(svc.Records) != 2 {
+		t.Fatalf("got %d records, want 2 (duplicate address merged): %v", len(svc.Records), describe(svc.Records))
+	}
+	all := svc.All()
+	if len(all.A) != 1 || len(all.AAAA) != 1 || len(all.Targets) != 1 {
+		t.Fatalf("A %d AAAA %d targets %d, want 1 1 1", len(all.A), len(all.AAAA), len(all.Targets))
+	}
+	if tg := all.Targets[0]; len(tg.A) != 1 || len(tg.AAAA) != 1 {
+		t.Errorf("the dual-stack target has %d A and %d AAAA, want 1 and 1", len(tg.A), len(tg.AAAA))
+	}
+}
+
+func TestBuildSkipsAmbiguousMembers(t *testing.T) {
+	src := indextest.New()
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
+		indextest.Slice("a", targetPort, indextest.Endpoint("foo-0", "10.96.0.1")))
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west-2", Cluster: "west", Ports: dbPort},
+		indextest.Slice("b", targetPort, indextest.Endpoint("foo-0", "10.96.0.2")))
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-east", Cluster: "east", Ports: dbPort},
+		indextest.Slice("c", targetPort, indextest.Endpoint("foo-0", "10.96.0.3")))
+	svc := topology().Build(foo, src)
+	if got := describe(svc.All().A); !slices.Equal(got, []string{"1 west foo-0 10.96.0.1"}) {
+		t.Errorf("A = %q: want only the first mirror of west, and no mirror claiming east", got)
+	}
+	var reasons []string
+	for _, w := range svc.Warnings {
+		reasons = append(reasons, w.Reason)
+	}
+	slices.Sort(reasons)
+	if want := []string{index.ReasonClusterNameClash, index.ReasonDuplicateMirror}; !slices.Equal(reasons, want) {
+		t.Errorf("warnings %q, want %q", reasons, want)
+	}
+}
+
+func TestBuildPortMismatch(t *testing.T) {
+	src := indextest.New()
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
+		indextest.Slice("a", []index.Port{{Name: "db", Port: 1, Protocol: "TCP"}, {Name: "admin", Port: 2, Protocol: "TCP"}},
+			indextest.Endpoint("foo-0", "10.96.0.1")))
+	svc := topology().Build(foo, src)
+	if ps := svc.All().Targets[0].Ports; !slices.Equal(ps, dbPort) {
+		t.Errorf("ports %v, want only the Service port matched by name %v", ps, dbPort)
+	}
+	if len(svc.Warnings) != 1 || svc.Warnings[0].Reason != index.ReasonPortMismatch {
+		t.Errorf("warnings %v", svc.Warnings)
+	}
+}
+
+func TestIndexPublishes(t *testing.T) {
+	src := scenario()
+	ix := index.New(topology(), src)
+	var notified []index.Key
+	ix.Subscribe(func(k index.Key) { notified = append(notified, k) })
+
+	ix.Changed(foo)
+	ix.Publish()
+	if ix.Ready() || ix.Snapshot().Len() != 0 {
+		t.Fatal("published before Start: the initial state must be built once, in bulk")
+	}
+	ix.Start()
+	ix.Publish()
+	snap := ix.Snapshot()
+	if !ix.Ready() || snap.Service(foo) == nil {
+		t.Fatalf("after Start: ready %v, foo %v", ix.Ready(), snap.Service(foo))
+	}
+	if ns := snap.Namespaces("foo"); !slices.Equal(ns, []string{"db"}) || !snap.HasNamespace("db") {
+		t.Errorf("Namespaces(foo) = %v, HasNamespace(db) = %v", ns, snap.HasNamespace("db"))
+	}
+
+	// The same name in a second namespace; then the first one goes away.
+	other := index.Key{Namespace: "app", Name: "foo"}
+	m := src.Add(other, &index.Member{Namespace: "app", Name: "foo", Ports: dbPort})
+	ix.Changed(other)
+	ix.Publish()
+	if ns := ix.Snapshot().Namespaces("foo"); !slices.Equal(ns, []string{"app", "db"}) {
+		t.Errorf("Namespaces(foo) = %v, want [app db]", ns)
+	}
+	if ns := snap.Namespaces("foo"); !slices.Equal(ns, []string{"db"}) {
+		t.Errorf("an older snapshot changed: %v", ns)
+	}
+	src.Remove(other, m)
+	ix.Changed(other)
+	ix.Publish()
+	if s := ix.Snapshot(); s.Service(other) != nil || s.HasNamespace("app") || !slices.Equal(s.Namespaces("foo"), []string{"db"}) {
+		t.Errorf("after removal: %v %v %v", s.Service(other), s.HasNamespace("app"), s.Namespaces("foo"))
+	}
+	if want := []index.Key{foo, other, other}; !slices.Equal(notified, want) {
+		t.Errorf("notified %v, want %v", notified, want)
+	}
+	if ix.Snapshot().Serial <= snap.Serial {
+		t.Errorf("serial did not increase: %d -> %d", snap.Serial, ix.Snapshot().Serial)
+	}
+
+	// A key that neither was nor is a global service publishes nothing new.
+	before := ix.Snapshot()
+	ix.Changed(index.Key{Namespace: "db", Name: "nothing"})
+	ix.Publish()
+	if len(notified) != 3 || ix.Snapshot().Len() != before.Len() {
+		t.Errorf("a no-op change notified or changed the snapshot")
+	}
+}

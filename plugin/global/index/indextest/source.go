@@ -1,0 +1,88 @@
+// Package indextest provides an in-memory index.Source for tests of the index and of its readers.
+package indextest
+
+import (
+	"net/netip"
+	"sync"
+
+	"github.com/globaldns/global/plugin/global/index"
+)
+
+// Source is an index.Source held in memory. Safe for concurrent use.
+type Source struct {
+	mu      sync.Mutex
+	members map[index.Key][]*index.Member
+	slices  map[*index.Member][]*index.Slice
+}
+
+// New returns an empty Source.
+func New() *Source {
+	return &Source{members: map[index.Key][]*index.Member{}, slices: map[*index.Member][]*index.Slice{}}
+}
+
+// Add makes m a member of k with the given slices and returns m.
+func (s *Source) Add(k index.Key, m *index.Member, slices ...*index.Slice) *index.Member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.members[k] = append(s.members[k], m)
+	s.slices[m] = slices
+	return m
+}
+
+// SetSlices replaces the slices of m.
+func (s *Source) SetSlices(m *index.Member, slices ...*index.Slice) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slices[m] = slices
+}
+
+// Remove drops member m of k.
+func (s *Source) Remove(k index.Key, m *index.Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ms := s.members[k]
+	for i := range ms {
+		if ms[i] == m {
+			s.members[k] = append(ms[:i:i], ms[i+1:]...)
+			break
+		}
+	}
+	if len(s.members[k]) == 0 {
+		delete(s.members, k)
+	}
+	delete(s.slices, m)
+}
+
+// Members implements index.Source.
+func (s *Source) Members(k index.Key) []*index.Member {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*index.Member(nil), s.members[k]...)
+}
+
+// Slices implements index.Source.
+func (s *Source) Slices(m *index.Member) []*index.Slice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slices[m]
+}
+
+// Endpoint returns a ready endpoint with one address.
+func Endpoint(host, addr string) index.Endpoint {
+	return index.Endpoint{Host: host, Addrs: []netip.Addr{netip.MustParseAddr(addr)}, Ready: true, Serving: true}
+}
+
+// NotReady returns e marked not ready.
+func NotReady(e index.Endpoint) index.Endpoint {
+	e.Ready, e.Serving = false, false
+	return e
+}
+
+// Slice returns a slice of the family of its first endpoint's address.
+func Slice(name string, ports []index.Port, eps ...index.Endpoint) *index.Slice {
+	fam := index.IPv4
+	if len(eps) > 0 && eps[0].Addrs[0].Is6() {
+		fam = index.IPv6
+	}
+	return &index.Slice{Name: name, Family: fam, Ports: ports, Endpoints: eps}
+}

@@ -1,0 +1,110 @@
+// Package index holds the global services: which Services are members of each, their endpoints as
+// records with topology tiers, and an immutable snapshot that DNS and the EndpointSlice writer read.
+// It knows nothing about DNS or about how members are discovered (see package watch).
+package index
+
+import (
+	"net/netip"
+)
+
+// Key names one global service: the original service name and its namespace.
+type Key struct{ Namespace, Name string }
+
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// Family is an address family of an EndpointSlice.
+type Family uint8
+
+// Address families.
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+// Port is a port a client dials at a record's address.
+type Port struct {
+	Name     string
+	Port     int32
+	Protocol string // TCP, UDP or SCTP
+}
+
+// Member is one Service that contributes endpoints to a global service: the local headless
+// Service or the headless mirror of it from one linked cluster. It is immutable once built.
+type Member struct {
+	Namespace, Name string // the member Service itself (e.g. foo-west)
+	Cluster         string // the linked cluster; "" for the local Service
+	Ports           []Port // the Service's ports; for mirrors these are what clients dial
+}
+
+// Local reports whether m is this cluster's own Service.
+func (m *Member) Local() bool { return m.Cluster == "" }
+
+// Slice is one EndpointSlice of a member, reduced to what the index needs. Immutable once built.
+type Slice struct {
+	Name      string
+	Family    Family
+	Ports     []Port // as written in the slice: the pods' target ports
+	Endpoints []Endpoint
+}
+
+// Endpoint is one endpoint of a Slice. Conditions follow EndpointSlice semantics with nil resolved.
+type Endpoint struct {
+	Host        string // a DNS label; the dashed address when the slice has no hostname
+	Addrs       []netip.Addr
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	Zone        string // local pods only
+	NodeName    string // local pods only
+	Pod         string // targetRef name of a local pod
+}
+
+// Source is what the index reads to build a global service: the watcher's informer caches.
+// Both calls must be cheap and safe for concurrent use.
+type Source interface {
+	// Members returns the Services that are members of the global service k, in any order.
+	Members(k Key) []*Member
+	// Slices returns the EndpointSlices of member m, in any order.
+	Slices(m *Member) []*Slice
+}
+
+// Record is one address of one endpoint of one member cluster.
+type Record struct {
+	Cluster     string // this cluster's name for local pods
+	Host        string
+	Addr        netip.Addr
+	Tier        uint8
+	Ready       bool
+	Serving     bool
+	Terminating bool
+	Zone        string // the pod's zone (local) or the cluster's zone locality (mirrors)
+	NodeName    string
+	Pod         string
+	Ports       []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
+}
+
+// Family returns the record's address family.
+func (r *Record) Family() Family {
+	if r.Addr.Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// Target is one ready endpoint, (cluster, host), with its addresses: what an SRV record points at.
+type Target struct {
+	Tier    uint8
+	Cluster string
+	Host    string
+	Ports   []Port
+	A, AAAA []Record
+}
+
+// View is the ready part of a global service in one scope (all, a cluster, one host), in answer order.
+type View struct {
+	A, AAAA []Record
+	Targets []Target
+}
+
+// Empty reports whether the view has no ready address.
+func (v View) Empty() bool { return len(v.A) == 0 && len(v.AAAA) == 0 }

@@ -1,0 +1,343 @@
+package global
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
+	"github.com/globaldns/global/plugin/global/watch"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+	"github.com/coredns/coredns/plugin"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func init() { plugin.Register(telemetry.Plugin, setup) }
+
+// Defaults.
+const (
+	defaultZone           = "global."
+	defaultCluster        = "local"
+	defaultTTL            = 5
+	defaultStartupTimeout = 5 * time.Second
+	maxTopologyKeys       = 16
+)
+
+// config is what the Corefile says, before anything talks to the API.
+type config struct {
+	zones            []string
+	kubeconfig       string
+	context          string
+	namespaces       []string
+	topology         index.Topology
+	ttl              uint32
+	startupTimeout   time.Duration
+	preferNamespaces []string
+	exportSelector   string
+	g                *Global // the fields parse fills directly (Fall)
+}
+
+func setup(c *caddy.Controller) error {
+	cfg, err := parse(c)
+	if err != nil {
+		return plugin.Error(telemetry.Plugin, err)
+	}
+	g, err := cfg.build()
+	if err != nil {
+		return plugin.Error(telemetry.Plugin, err)
+	}
+	c.OnStartup(func() error { g.nsAddrs = boundAddrs(dnsserver.GetConfig(c).ListenHosts); return nil })
+	c.OnStartup(g.OnStartup)
+	c.OnShutdown(g.OnShutdown)
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		g.Next = next
+		return g
+	})
+	return nil
+}
+
+// build connects the parsed configuration to the API: client, watcher and index. Nothing runs yet.
+func (cfg *config) build() (*Global, error) {
+	rc, err := cfg.restConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	w, err := watch.New(client, cfg.namespaces, cfg.exportSelector)
+	if err != nil {
+		return nil, err
+	}
+	g := cfg.g
+	g.Zones, g.ttl, g.startupTimeout, g.preferNamespaces = cfg.zones, cfg.ttl, cfg.startupTimeout, cfg.preferNamespaces
+	g.client, g.watcher = client, w
+	g.index = index.New(&cfg.topology, w)
+	return g, nil
+}
+
+func (cfg *config) restConfig() (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if cfg.kubeconfig == "" {
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("no kubeconfig given and not running in a Kubernetes pod: %w", err)
+		}
+	} else {
+		loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.kubeconfig},
+			&clientcmd.ConfigOverrides{CurrentContext: cfg.context})
+		if rc, err = loader.ClientConfig(); err != nil {
+			return nil, fmt.Errorf("kubeconfig %s: %w", cfg.kubeconfig, err)
+		}
+	}
+	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	rc.UserAgent = fmt.Sprintf("coredns-%s/%s git_commit:%s", telemetry.Plugin, coremain.CoreVersion, coremain.GitCommit)
+	return rc, nil
+}
+
+func parse(c *caddy.Controller) (*config, error) {
+	var cfg *config
+	for c.Next() {
+		if cfg != nil {
+			return nil, plugin.ErrOnce
+		}
+		var err error
+		if cfg, err = parseStanza(c); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+func parseStanza(c *caddy.Controller) (*config, error) {
+	cfg := &config{
+		zones:          plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), []string{defaultZone}),
+		topology:       index.Topology{Local: defaultCluster, Keys: index.DefaultKeys, Locality: map[string]map[string]string{}},
+		ttl:            defaultTTL,
+		startupTimeout: defaultStartupTimeout,
+		exportSelector: watch.DefaultExportSelector,
+		g:              &Global{},
+	}
+	for _, z := range cfg.zones {
+		if !validZone(z) {
+			return nil, c.Errf("zone %q is not a domain name made of DNS labels", z)
+		}
+	}
+	seen := map[string]bool{}
+	for c.NextBlock() {
+		opt := c.Val()
+		args := c.RemainingArgs()
+		if seen[opt] && opt != "locality" {
+			return nil, c.Errf("%s given twice", opt)
+		}
+		seen[opt] = true
+		var err error
+		switch opt {
+		case "kubeconfig":
+			if len(args) != 1 && len(args) != 2 {
+				return nil, c.ArgErr()
+			}
+			cfg.kubeconfig = args[0]
+			if len(args) == 2 {
+				cfg.context = args[1]
+			}
+		case "namespaces":
+			cfg.namespaces, err = namesArg(c, opt, args)
+		case "prefer_namespaces":
+			cfg.preferNamespaces, err = namesArg(c, opt, args)
+		case "cluster":
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			if err = dnsLabel(c, "cluster name", args[0]); err == nil {
+				cfg.topology.Local = args[0]
+			}
+		case "locality":
+			err = parseLocality(c, args, cfg.topology.Locality)
+		case "topology":
+			cfg.topology.Keys, err = parseTopology(c, args)
+		case "ttl":
+			var t int
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			if t, err = strconv.Atoi(args[0]); err != nil || t < 0 || t > 3600 {
+				return nil, c.Errf("ttl must be an integer in [0, 3600], not %q", args[0])
+			}
+			cfg.ttl = uint32(t)
+		case "fallthrough":
+			cfg.g.Fall.SetZonesFromArgs(args)
+		case "startup_timeout":
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			if cfg.startupTimeout, err = time.ParseDuration(args[0]); err != nil || cfg.startupTimeout < 0 {
+				return nil, c.Errf("startup_timeout must be a duration >= 0, not %q", args[0])
+			}
+		case "export_selector":
+			if len(args) == 0 {
+				return nil, c.ArgErr()
+			}
+			cfg.exportSelector = strings.Join(args, " ")
+			if _, perr := labels.Parse(cfg.exportSelector); perr != nil {
+				return nil, c.Errf("export_selector %q: %v", cfg.exportSelector, perr)
+			}
+		default:
+			return nil, c.Errf("unknown property %q", opt)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// namesArg parses a list of namespace names.
+func namesArg(c *caddy.Controller, opt string, args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, c.ArgErr()
+	}
+	for i, a := range args {
+		if err := dnsLabel(c, opt+" entry", a); err != nil {
+			return nil, err
+		}
+		if slices.Contains(args[:i], a) {
+			return nil, c.Errf("%s lists %q twice", opt, a)
+		}
+	}
+	return args, nil
+}
+
+// parseLocality parses `locality CLUSTER KEY=VALUE...` into loc.
+func parseLocality(c *caddy.Controller, args []string, loc map[string]map[string]string) error {
+	if len(args) < 2 {
+		return c.ArgErr()
+	}
+	cluster := args[0]
+	if err := dnsLabel(c, "locality cluster", cluster); err != nil {
+		return err
+	}
+	if _, dup := loc[cluster]; dup {
+		return c.Errf("locality for cluster %q given twice", cluster)
+	}
+	kv := map[string]string{}
+	for _, a := range args[1:] {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return c.Errf("locality %s: %q is not KEY=VALUE", cluster, a)
+		}
+		k, err := localityKey(c, k)
+		if err != nil {
+			return err
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v == "" {
+			return c.Errf("locality %s: value %q of %s is not a label value", cluster, v, k)
+		}
+		if _, dup := kv[k]; dup {
+			return c.Errf("locality %s: %s given twice", cluster, k)
+		}
+		kv[k] = v
+	}
+	loc[cluster] = kv
+	return nil
+}
+
+func parseTopology(c *caddy.Controller, args []string) ([]string, error) {
+	if len(args) == 0 || len(args) > maxTopologyKeys {
+		return nil, c.Errf("topology takes 1 to %d keys", maxTopologyKeys)
+	}
+	keys := make([]string, 0, len(args))
+	for _, a := range args {
+		k, err := localityKey(c, a)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(keys, k) {
+			return nil, c.Errf("topology lists %s twice", k)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// localityKey expands the short forms zone and region and checks the key is a label key.
+func localityKey(c *caddy.Controller, k string) (string, error) {
+	switch k {
+	case "zone":
+		return index.ZoneKey, nil
+	case "region":
+		return index.RegionKey, nil
+	}
+	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+		return "", c.Errf("%q is not a label key: %s", k, strings.Join(errs, "; "))
+	}
+	return k, nil
+}
+
+func dnsLabel(c *caddy.Controller, what, s string) error {
+	if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
+		return c.Errf("%s %q is not a DNS label: %s", what, s, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// validZone reports whether zone (normalized, with its final dot) is below the root and made of
+// DNS-1123 labels: every name we answer is built from such labels.
+func validZone(zone string) bool {
+	if zone == "." {
+		return false
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(zone, "."), ".") {
+		if len(validation.IsDNS1123Label(l)) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// boundAddrs returns the non-loopback addresses the server listens on (every interface address
+// when it listens on all): what ns1.dns.<zone> answers with.
+func boundAddrs(hosts []string) []netip.Addr {
+	if len(hosts) == 0 || hosts[0] == "" {
+		hosts = nil
+		ifaddrs, err := net.InterfaceAddrs()
+		if err != nil {
+			return nil
+		}
+		for _, a := range ifaddrs {
+			hosts = append(hosts, a.String())
+		}
+	}
+	var out []netip.Addr
+	for _, h := range hosts {
+		a, err := netip.ParseAddr(h)
+		if err != nil {
+			p, perr := netip.ParsePrefix(h)
+			if perr != nil {
+				continue
+			}
+			a = p.Addr()
+		}
+		if a.IsLoopback() || a.IsUnspecified() || a.IsLinkLocalUnicast() {
+			continue
+		}
+		out = append(out, a.Unmap())
+	}
+	return out
+}

@@ -1,0 +1,113 @@
+package watch
+
+import (
+	"strings"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// What Linkerd's multicluster service mirror writes (linkerd2 pkg/k8s/labels.go).
+const (
+	LabelMirroredService   = "mirror.linkerd.io/mirrored-service"
+	LabelClusterName       = "mirror.linkerd.io/cluster-name"
+	LabelHeadlessMirror    = "mirror.linkerd.io/headless-mirror-svc-name" // per-pod endpoint mirrors
+	LabelMirroredGateway   = "mirror.linkerd.io/mirrored-gateway"
+	LabelRemoteDiscovery   = "multicluster.linkerd.io/remote-discovery"
+	AnnotationRemoteFQName = "mirror.linkerd.io/remote-svc-fq-name"
+
+	// DefaultExportSelector selects the local Services Linkerd exports to other clusters.
+	DefaultExportSelector = "mirror.linkerd.io/exported=true"
+
+	mirrorSelector = LabelMirroredService + "=true"
+)
+
+// Reasons a Service or EndpointSlice (or part of one) is skipped: the values of the
+// coredns_global_skipped_total{reason} metric.
+const (
+	ReasonNoClusterLabel     = "mirror_without_cluster_label"
+	ReasonBadClusterName     = "invalid_cluster_name"
+	ReasonNoRemoteName       = "mirror_without_remote_name"
+	ReasonBadRemoteName      = "invalid_remote_name"
+	ReasonNoServiceLabel     = "slice_without_service_label"
+	ReasonFQDNSlice          = "fqdn_address_type"
+	ReasonBadAddress         = "invalid_address"
+	ReasonBadHostname        = "invalid_hostname"
+	ReasonPortWithoutNumber  = "port_without_number"
+	ReasonMirrorFallbackName = "mirror_name_from_suffix"
+)
+
+// mirrorMember classifies a Service seen by the mirror informer. It returns the member and the
+// global service it belongs to, or nil when the Service is not a headless mirror. Expected
+// non-members (ClusterIP, per-pod, gateway and remote-discovery mirrors) are nil without problems.
+func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
+	l := s.Labels
+	if l[LabelHeadlessMirror] != "" || l[LabelMirroredGateway] != "" || l[LabelRemoteDiscovery] != "" ||
+		s.Annotations[LabelRemoteDiscovery] != "" || s.Spec.ClusterIP != corev1.ClusterIPNone {
+		return nil, index.Key{}
+	}
+	label := l[LabelClusterName]
+	if label == "" {
+		p.add(ReasonNoClusterLabel, "no "+LabelClusterName+" label")
+		return nil, index.Key{}
+	}
+	// DNS names are case-insensitive and answered in lower case; a cluster name must be one label.
+	cluster := strings.ToLower(label)
+	if errs := validation.IsDNS1123Label(cluster); len(errs) > 0 {
+		p.add(ReasonBadClusterName, "cluster name "+quote(label)+" is not a DNS label")
+		return nil, index.Key{}
+	}
+	name, ok := remoteName(s, cluster, p)
+	if !ok {
+		return nil, index.Key{}
+	}
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Cluster: cluster, Ports: servicePorts(s)}
+	return m, index.Key{Namespace: s.Namespace, Name: name}
+}
+
+// remoteName recovers the original Service name of a mirror: the first label of the
+// remote-svc-fq-name annotation, or, when that is absent, the mirror's name without "-<cluster>".
+// Splitting names on "-" is ambiguous (foo-bar-baz), so the annotation always wins.
+func remoteName(s *corev1.Service, cluster string, p *problems) (string, bool) {
+	if fq := s.Annotations[AnnotationRemoteFQName]; fq != "" {
+		name, _, _ := strings.Cut(fq, ".")
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			p.add(ReasonBadRemoteName, AnnotationRemoteFQName+" "+quote(fq)+" does not start with a Service name")
+			return "", false
+		}
+		return name, true
+	}
+	name, ok := strings.CutSuffix(s.Name, "-"+cluster)
+	if !ok || name == "" {
+		p.add(ReasonNoRemoteName, "no "+AnnotationRemoteFQName+" annotation and the name does not end in -"+cluster)
+		return "", false
+	}
+	p.add(ReasonMirrorFallbackName, "no "+AnnotationRemoteFQName+" annotation: original name taken as "+quote(name))
+	return name, true
+}
+
+// localMember classifies a Service seen by the export-selected informer: only a headless Service
+// that is not itself a mirror is a member, of the global service of the same name.
+func localMember(s *corev1.Service) (*index.Member, index.Key) {
+	if s.Labels[LabelMirroredService] == "true" || s.Spec.ClusterIP != corev1.ClusterIPNone {
+		return nil, index.Key{}
+	}
+	return &index.Member{Namespace: s.Namespace, Name: s.Name, Ports: servicePorts(s)}, index.Key{Namespace: s.Namespace, Name: s.Name}
+}
+
+func servicePorts(s *corev1.Service) []index.Port {
+	out := make([]index.Port, 0, len(s.Spec.Ports))
+	for _, p := range s.Spec.Ports {
+		out = append(out, index.Port{Name: p.Name, Port: p.Port, Protocol: protocol(p.Protocol)})
+	}
+	return out
+}
+
+func protocol(p corev1.Protocol) string {
+	if p == "" {
+		return string(corev1.ProtocolTCP)
+	}
+	return string(p)
+}

@@ -1,0 +1,193 @@
+package watch
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// The informers store these instead of the API objects: only what the index reads, converted
+// once per event, so the cache stays small and the index never re-parses.
+
+// service is a Service as the index sees it.
+type service struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta // name, namespace and resourceVersion only
+
+	member *index.Member // nil: not a member of any global service
+	global index.Key
+}
+
+// slice is an EndpointSlice as the index sees it.
+type slice struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	service string       // kubernetes.io/service-name
+	slice   *index.Slice // nil: skipped
+}
+
+// The stored objects are never mutated, so a shallow copy is a deep copy.
+func (s *service) DeepCopyObject() runtime.Object { c := *s; return &c }
+func (s *slice) DeepCopyObject() runtime.Object   { c := *s; return &c }
+
+func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion, UID: m.UID}
+}
+
+// transform returns the informer transform for one kind of source (mirrors or local services).
+// It must never fail (an error would stall the informer) and must be idempotent.
+func transform(mirror bool) func(any) (any, error) {
+	return func(obj any) (any, error) {
+		switch o := obj.(type) {
+		case *corev1.Service:
+			p := problems{kind: "Service", obj: o.Namespace + "/" + o.Name}
+			s := &service{ObjectMeta: slimMeta(&o.ObjectMeta)}
+			if mirror {
+				s.member, s.global = mirrorMember(o, &p)
+			} else {
+				s.member, s.global = localMember(o)
+			}
+			p.report()
+			return s, nil
+		case *discoveryv1.EndpointSlice:
+			p := problems{kind: "EndpointSlice", obj: o.Namespace + "/" + o.Name}
+			s := &slice{ObjectMeta: slimMeta(&o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName]}
+			if s.service == "" {
+				p.add(ReasonNoServiceLabel, "no "+discoveryv1.LabelServiceName+" label")
+			} else {
+				s.slice = convertSlice(o, &p)
+			}
+			p.report()
+			return s, nil
+		}
+		return obj, nil // already converted, or a tombstone
+	}
+}
+
+// convertSlice reduces an EndpointSlice to an index.Slice; nil when the whole slice is unusable.
+func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
+	var fam index.Family
+	switch es.AddressType {
+	case discoveryv1.AddressTypeIPv4:
+		fam = index.IPv4
+	case discoveryv1.AddressTypeIPv6:
+		fam = index.IPv6
+	default:
+		p.add(ReasonFQDNSlice, "address type "+quote(string(es.AddressType)))
+		return nil
+	}
+	out := &index.Slice{Name: es.Name, Family: fam, Endpoints: make([]index.Endpoint, 0, len(es.Endpoints))}
+	for _, sp := range es.Ports {
+		if sp.Port == nil {
+			p.add(ReasonPortWithoutNumber, "a port without a number")
+			continue
+		}
+		out.Ports = append(out.Ports, index.Port{Name: deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(deref(sp.Protocol, ""))})
+	}
+	for i := range es.Endpoints {
+		e := &es.Endpoints[i]
+		ep := index.Endpoint{
+			// nil conditions mean ready and serving, and not terminating, as in Kubernetes.
+			Ready:       deref(e.Conditions.Ready, true),
+			Serving:     deref(e.Conditions.Serving, true),
+			Terminating: deref(e.Conditions.Terminating, false),
+			Zone:        deref(e.Zone, ""),
+			NodeName:    deref(e.NodeName, ""),
+		}
+		if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+			ep.Pod = e.TargetRef.Name
+		}
+		for _, a := range e.Addresses {
+			ip, err := netip.ParseAddr(a)
+			if err != nil || ip.Zone() != "" || (fam == index.IPv4) != ip.Is4() {
+				p.add(ReasonBadAddress, "address "+quote(a))
+				continue
+			}
+			ep.Addrs = append(ep.Addrs, ip)
+		}
+		if len(ep.Addrs) == 0 {
+			continue
+		}
+		ep.Host = deref(e.Hostname, "")
+		if ep.Host != "" && len(validation.IsDNS1123Label(ep.Host)) > 0 {
+			p.add(ReasonBadHostname, "hostname "+quote(ep.Host)+" is not a DNS label: using its address")
+			ep.Host = ""
+		}
+		if ep.Host == "" {
+			ep.Host = dashed(ep.Addrs[0])
+		}
+		out.Endpoints = append(out.Endpoints, ep)
+	}
+	return out
+}
+
+// dashed is the hostname Kubernetes DNS gives an endpoint without one: 10-244-1-5.
+func dashed(a netip.Addr) string {
+	if a.Is4() {
+		return strings.ReplaceAll(a.String(), ".", "-")
+	}
+	return strings.ReplaceAll(a.StringExpanded(), ":", "-")
+}
+
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func quote(s string) string {
+	const max = 80 // keep log lines bounded whatever the object holds
+	if len(s) > max {
+		s = s[:max] + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// problems collects what is wrong with one object so it is reported as one log line, with one
+// metric increment per reason.
+type problems struct {
+	kind, obj string
+	reasons   []string
+	details   []string // the first few, for the log line
+	more      int      // details not kept
+}
+
+const maxDetails = 5
+
+func (p *problems) add(reason, detail string) {
+	p.reasons = append(p.reasons, reason)
+	switch {
+	case slices.Contains(p.details, detail):
+	case len(p.details) < maxDetails:
+		p.details = append(p.details, detail)
+	default:
+		p.more++
+	}
+}
+
+func (p *problems) report() {
+	if len(p.reasons) == 0 {
+		return
+	}
+	for _, r := range p.reasons {
+		telemetry.Skipped.WithLabelValues(r).Inc()
+	}
+	more := ""
+	if p.more > 0 {
+		more = fmt.Sprintf(" (and %d more)", p.more)
+	}
+	telemetry.Log.Warningf("%s %s: %s%s", p.kind, p.obj, strings.Join(p.details, "; "), more)
+}
