@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,16 +95,21 @@ func (cfg *config) restConfig() (*rest.Config, error) {
 		rc  *rest.Config
 		err error
 	)
-	if cfg.kubeconfig == "" {
+	path := cfg.kubeconfig
+	if path == "" {
+		// In a pod, the pod's ServiceAccount; outside one, $KUBECONFIG, as kubectl would.
 		if rc, err = rest.InClusterConfig(); err != nil {
-			return nil, fmt.Errorf("no kubeconfig given and not running in a Kubernetes pod: %w", err)
+			if path = os.Getenv("KUBECONFIG"); path == "" {
+				return nil, fmt.Errorf("no kubeconfig given, KUBECONFIG unset, and not running in a Kubernetes pod: %w", err)
+			}
 		}
-	} else {
+	}
+	if path != "" {
 		loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: cfg.kubeconfig},
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
 			&clientcmd.ConfigOverrides{CurrentContext: cfg.context})
 		if rc, err = loader.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", cfg.kubeconfig, err)
+			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 		}
 	}
 	rc.ContentType = "application/vnd.kubernetes.protobuf"

@@ -120,10 +120,11 @@ func TestSetupErrorsNameThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod, whatever runs the tests
+	t.Setenv("KUBECONFIG", "")
 	for _, tc := range []struct{ corefile, want string }{
 		{"global {\n kubeconfig " + missing + "\n}", "plugin/global: kubeconfig " + missing},
 		{"global {\n kubeconfig " + garbage + "\n}", "plugin/global: kubeconfig " + garbage},
-		{"global", "plugin/global: no kubeconfig given and not running in a Kubernetes pod"},
+		{"global", "plugin/global: no kubeconfig given, KUBECONFIG unset, and not running in a Kubernetes pod"},
 		{"global {\n ttl 99999\n}", "plugin/global: "},
 	} {
 		err := setup(caddy.NewTestController("dns", tc.corefile))
@@ -151,5 +152,11 @@ current-context: x
 	if err := setup(caddy.NewTestController("dns", "global {\n kubeconfig "+kc+" nosuchcontext\n}")); err == nil ||
 		!strings.Contains(err.Error(), "nosuchcontext") {
 		t.Errorf("unknown context: %v", err)
+	}
+	// Outside a pod and without the option, $KUBECONFIG.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBECONFIG", kc)
+	if err := setup(caddy.NewTestController("dns", "global")); err != nil {
+		t.Errorf("setup with $KUBECONFIG: %v", err)
 	}
 }

@@ -133,12 +133,20 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 	return out
 }
 
-// dashed is the hostname Kubernetes DNS gives an endpoint without one: 10-244-1-5.
+// dashed is the hostname CoreDNS's kubernetes plugin gives an endpoint without one: 10-244-1-5,
+// fd00--1 (with a 0 added where a dash would start or end the label).
 func dashed(a netip.Addr) string {
 	if a.Is4() {
 		return strings.ReplaceAll(a.String(), ".", "-")
 	}
-	return strings.ReplaceAll(a.StringExpanded(), ":", "-")
+	h := strings.ReplaceAll(a.String(), ":", "-")
+	if strings.HasSuffix(h, "-") {
+		h += "0"
+	}
+	if strings.HasPrefix(h, "-") {
+		h = "0" + h
+	}
+	return h
 }
 
 func deref[T any](p *T, def T) T {

@@ -1,0 +1,171 @@
+package watch
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func mirrorService(name string, mutate func(*corev1.Service)) *corev1.Service {
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   "db",
+			Name:        name,
+			Labels:      map[string]string{LabelMirroredService: "true", LabelClusterName: "west"},
+			Annotations: map[string]string{AnnotationRemoteFQName: "foo.db.svc.cluster.local"},
+		},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
+	}
+	if mutate != nil {
+		mutate(s)
+	}
+	return s
+}
+
+func TestMirrorMember(t *testing.T) {
+	foo := index.Key{Namespace: "db", Name: "foo"}
+	for _, tc := range []struct {
+		name    string
+		svc     *corev1.Service
+		want    index.Key // zero: not a member
+		cluster string
+		reasons []string
+	}{
+		{"headless mirror", mirrorService("foo-west", nil), foo, "west", nil},
+		// The annotation, not the name, says what the original is: foo-bar-west is foo from bar-west.
+		{"ambiguous name", mirrorService("foo-bar-west", func(s *corev1.Service) {
+			s.Labels[LabelClusterName] = "bar-west"
+		}), foo, "bar-west", nil},
+		{"no annotation", mirrorService("foo-west", func(s *corev1.Service) { delete(s.Annotations, AnnotationRemoteFQName) }),
+			foo, "west", []string{ReasonMirrorFallbackName}},
+		{"no annotation, name without suffix", mirrorService("foo", func(s *corev1.Service) { delete(s.Annotations, AnnotationRemoteFQName) }),
+			index.Key{}, "", []string{ReasonNoRemoteName}},
+		{"capital cluster name", mirrorService("foo-west", func(s *corev1.Service) { s.Labels[LabelClusterName] = "West" }),
+			foo, "west", nil},
+		{"cluster name with dots", mirrorService("foo-west", func(s *corev1.Service) { s.Labels[LabelClusterName] = "west.eu" }),
+			index.Key{}, "", []string{ReasonBadClusterName}},
+		{"no cluster label", mirrorService("foo-west", func(s *corev1.Service) { delete(s.Labels, LabelClusterName) }),
+			index.Key{}, "", []string{ReasonNoClusterLabel}},
+		{"bad annotation", mirrorService("foo-west", func(s *corev1.Service) { s.Annotations[AnnotationRemoteFQName] = "Foo_x.db" }),
+			index.Key{}, "", []string{ReasonBadRemoteName}},
+		// What Linkerd also writes, and which are never members.
+		{"clusterIP mirror", mirrorService("web-west", func(s *corev1.Service) { s.Spec.ClusterIP = "10.96.0.9" }), index.Key{}, "", nil},
+		{"endpoint mirror", mirrorService("foo-0-west", func(s *corev1.Service) {
+			s.Spec.ClusterIP = "10.96.0.10"
+			s.Labels[LabelHeadlessMirror] = "foo-west"
+		}), index.Key{}, "", nil},
+		{"headless endpoint mirror label", mirrorService("foo-0-west", func(s *corev1.Service) { s.Labels[LabelHeadlessMirror] = "foo-west" }), index.Key{}, "", nil},
+		{"gateway", mirrorService("probe-gateway-west", func(s *corev1.Service) { s.Labels[LabelMirroredGateway] = "true" }), index.Key{}, "", nil},
+		{"remote discovery", mirrorService("foo-west", func(s *corev1.Service) { s.Labels[LabelRemoteDiscovery] = "west" }), index.Key{}, "", nil},
+		{"federated", mirrorService("foo-federated", func(s *corev1.Service) { s.Annotations[LabelRemoteDiscovery] = "foo@west,foo@east" }), index.Key{}, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := problems{}
+			m, k := mirrorMember(tc.svc, &p)
+			if k != tc.want || (m == nil) != (tc.want == index.Key{}) {
+				t.Fatalf("got %v %+v, want %v", k, m, tc.want)
+			}
+			if m != nil && (m.Cluster != tc.cluster || m.Name != tc.svc.Name || !slices.Equal(m.Ports, []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}})) {
+				t.Errorf("member %+v", m)
+			}
+			if !slices.Equal(p.reasons, tc.reasons) {
+				t.Errorf("problems %v, want %v", p.reasons, tc.reasons)
+			}
+		})
+	}
+}
+
+func TestLocalMember(t *testing.T) {
+	local := mirrorService("foo", func(s *corev1.Service) { s.Labels = map[string]string{"mirror.linkerd.io/exported": "true"} })
+	if m, k := localMember(local); m == nil || k != (index.Key{Namespace: "db", Name: "foo"}) || !m.Local() {
+		t.Errorf("headless exported service: %+v %v", m, k)
+	}
+	local.Spec.ClusterIP = "10.96.0.1"
+	if m, _ := localMember(local); m != nil {
+		t.Error("a ClusterIP service is not a member")
+	}
+	if m, _ := localMember(mirrorService("foo-west", nil)); m != nil {
+		t.Error("a mirror seen by the export informer is not a local member")
+	}
+}
+
+func TestConvertSlice(t *testing.T) {
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "db", Name: "foo-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "foo"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("db"), Port: ptr.To[int32](5432)},
+			{Name: ptr.To("all"), Port: nil},
+		},
+		Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.0.0.1"}, Hostname: ptr.To("foo-0"), Zone: ptr.To("z1"), NodeName: ptr.To("n1"),
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "foo-0"}},
+			{Addresses: []string{"10.0.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Terminating: ptr.To(true)}},
+			{Addresses: []string{"10.0.0.3"}, Hostname: ptr.To("Not_A_Label")},
+			{Addresses: []string{"fd00::1", "nonsense"}},
+		},
+	}
+	p := problems{}
+	s := convertSlice(es, &p)
+	if s == nil || s.Family != index.IPv4 || !slices.Equal(s.Ports, []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}) {
+		t.Fatalf("slice %+v", s)
+	}
+	want := []index.Endpoint{
+		{Host: "foo-0", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ready: true, Serving: true, Zone: "z1", NodeName: "n1", Pod: "foo-0"},
+		{Host: "10-0-0-2", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Ready: false, Serving: true, Terminating: true},
+		{Host: "10-0-0-3", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, Ready: true, Serving: true},
+	}
+	if len(s.Endpoints) != len(want) {
+		t.Fatalf("endpoints %+v", s.Endpoints)
+	}
+	for i := range want {
+		if g, w := s.Endpoints[i], want[i]; g.Host != w.Host || !slices.Equal(g.Addrs, w.Addrs) || g.Ready != w.Ready ||
+			g.Serving != w.Serving || g.Terminating != w.Terminating || g.Zone != w.Zone || g.NodeName != w.NodeName || g.Pod != w.Pod {
+			t.Errorf("endpoint %d:\n got %+v\nwant %+v", i, g, w)
+		}
+	}
+	wantReasons := []string{ReasonPortWithoutNumber, ReasonBadHostname, ReasonBadAddress, ReasonBadAddress}
+	if !slices.Equal(p.reasons, wantReasons) {
+		t.Errorf("problems %v, want %v", p.reasons, wantReasons)
+	}
+
+	es.AddressType = discoveryv1.AddressTypeFQDN
+	p = problems{}
+	if s := convertSlice(es, &p); s != nil || !slices.Equal(p.reasons, []string{ReasonFQDNSlice}) {
+		t.Errorf("FQDN slice: %+v %v", s, p.reasons)
+	}
+}
+
+func TestDashed(t *testing.T) {
+	for in, want := range map[string]string{"10.244.1.5": "10-244-1-5", "fd00::1": "fd00--1", "fd00::": "fd00--0", "::1": "0--1"} {
+		if got := dashed(netip.MustParseAddr(in)); got != want {
+			t.Errorf("dashed(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestTransformIsIdempotentAndNeverFails(t *testing.T) {
+	tr := transform(true)
+	obj, err := tr(mirrorService("foo-west", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := tr(obj)
+	if err != nil || again != obj {
+		t.Errorf("second transform: %v %v", again, err)
+	}
+	if s := obj.(*service); s.member == nil || s.Name != "foo-west" || s.Namespace != "db" {
+		t.Errorf("converted %+v", s)
+	}
+	bad, err := tr(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
+	if err != nil || bad.(*slice).slice != nil {
+		t.Errorf("slice without service label: %+v %v", bad, err)
+	}
+}

@@ -1,0 +1,459 @@
+package harness
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// EnvControlPlaneBin names the directory holding etcd, kube-apiserver and
+// kube-controller-manager.
+const EnvControlPlaneBin = "GLOBAL_CONTROLPLANE_BIN"
+
+// readyTimeout bounds each readiness wait; generous for a loaded 2-core CI.
+const readyTimeout = 60 * time.Second
+
+// Token is a static bearer token user of the apiserver (--token-auth-file).
+type Token struct {
+	Token  string
+	User   string
+	Groups []string
+}
+
+// Options configures StartControlPlane.
+type Options struct {
+	// Dir holds data, certs and logs. If empty, a new temporary directory is
+	// made and removed by Stop.
+	Dir string
+	// Out, if set, also receives the processes' logs, prefixed per line
+	// (for the demo). The log files in Dir are always written.
+	Out io.Writer
+	// ExtraTokens are added to tokens.csv besides the admin token.
+	ExtraTokens []Token
+}
+
+// ControlPlane is a running etcd + kube-apiserver + kube-controller-manager.
+type ControlPlane struct {
+	Dir        string // data, certs, kubeconfigs and logs (etcd.log, kube-apiserver.log, kube-controller-manager.log)
+	Kubeconfig string // admin kubeconfig: system:masters bearer token, insecure-skip-tls-verify
+	Config     *rest.Config
+	Client     kubernetes.Interface
+
+	out        io.Writer
+	ownsDir    bool
+	adminToken string
+	apiPort    int
+	procs      []*process // in start order: etcd, kube-apiserver, kube-controller-manager
+	stopOnce   sync.Once
+}
+
+// controlPlaneBinaries returns the paths of the three binaries, or an error
+// telling how to build them.
+func controlPlaneBinaries() (etcd, apiserver, kcm string, err error) {
+	dir := os.Getenv(EnvControlPlaneBin)
+	if dir == "" {
+		return "", "", "", fmt.Errorf("%s is not set: run `make controlplane` (or `make test`), which builds etcd, kube-apiserver and kube-controller-manager and sets it", EnvControlPlaneBin)
+	}
+	paths := make([]string, 3)
+	for i, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		paths[i] = filepath.Join(dir, name)
+		if st, err := os.Stat(paths[i]); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", "", "", fmt.Errorf("%s=%s has no executable %s: run `make controlplane` (or `make test`), which builds it", EnvControlPlaneBin, dir, name)
+		}
+	}
+	return paths[0], paths[1], paths[2], nil
+}
+
+// Start starts a control plane for t in a directory under t.TempDir() and
+// stops it when the test ends. Failures (including missing binaries) are
+// fatal, never skips.
+func Start(t testing.TB) *ControlPlane {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*readyTimeout)
+	defer cancel()
+	cp, err := StartControlPlane(ctx, Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("harness: start control plane: %v", err)
+	}
+	t.Cleanup(cp.Stop)
+	return cp
+}
+
+// StartControlPlane starts etcd, kube-apiserver and kube-controller-manager
+// on free loopback ports. It returns once /readyz says ok, the default
+// namespace exists and kube-controller-manager has shown that its
+// controllers run (see waitControllerManager). On error nothing is left
+// running; the error includes the tail of the failing process's log.
+func StartControlPlane(ctx context.Context, opts Options) (*ControlPlane, error) {
+	etcdBin, apiBin, kcmBin, err := controlPlaneBinaries()
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{Dir: opts.Dir, out: opts.Out}
+	if cp.Dir == "" {
+		if cp.Dir, err = os.MkdirTemp("", "globaldns-controlplane-"); err != nil {
+			return nil, fmt.Errorf("make control plane dir: %w", err)
+		}
+		cp.ownsDir = true
+	} else if err := os.MkdirAll(cp.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("make control plane dir: %w", err)
+	}
+	if err := cp.writeAuthFiles(opts.ExtraTokens); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	// A port picked as free may be taken before the child binds it; such a
+	// clash is retried with fresh ports.
+	for attempt := 1; ; attempt++ {
+		err = cp.start(ctx, etcdBin, apiBin, kcmBin)
+		if err == nil {
+			return cp, nil
+		}
+		cp.stopProcesses()
+		if !errors.Is(err, errPortInUse) || attempt == 3 {
+			cp.Stop()
+			return nil, err
+		}
+	}
+}
+
+// writeAuthFiles writes tokens.csv and the service-account key pair.
+func (cp *ControlPlane) writeAuthFiles(extra []Token) error {
+	cp.adminToken = randomHex(16)
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	// Format: token,user,uid,"group1,group2".
+	rows := [][]string{{cp.adminToken, "admin", "admin", "system:masters"}}
+	for _, t := range extra {
+		rows = append(rows, []string{t.Token, t.User, t.User, strings.Join(t.Groups, ",")})
+	}
+	if err := w.WriteAll(rows); err != nil {
+		return fmt.Errorf("write tokens.csv: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(cp.Dir, "tokens.csv"), []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write tokens.csv: %w", err)
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return fmt.Errorf("generate service-account key: %w", err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return fmt.Errorf("marshal service-account public key: %w", err)
+	}
+	priv := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(filepath.Join(cp.Dir, "sa.key"), priv, 0o600); err != nil {
+		return fmt.Errorf("write sa.key: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(cp.Dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+		return fmt.Errorf("write sa.pub: %w", err)
+	}
+	return nil
+}
+
+// start makes one attempt at starting the three processes.
+func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin string) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	etcdClient, etcdPeer := ports[0], ports[1]
+	cp.apiPort = ports[2]
+	// A fresh etcd data dir per attempt: a half-started member can leave state behind.
+	etcdData := filepath.Join(cp.Dir, "etcd-data")
+	if err := os.RemoveAll(etcdData); err != nil {
+		return fmt.Errorf("clean etcd data dir: %w", err)
+	}
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
+	etcd, err := startProcess("etcd", cp.Dir, cp.out, nil, etcdBin,
+		"--data-dir="+etcdData,
+		"--listen-client-urls="+clientURL,
+		"--advertise-client-urls="+clientURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL,
+		"--unsafe-no-fsync",
+	)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, etcd)
+	if err := waitHTTP(ctx, etcd, clientURL+"/health", "", func(code int, body string) bool {
+		return code == http.StatusOK && strings.Contains(body, `"health":"true"`)
+	}); err != nil {
+		return portClash(etcd, fmt.Errorf("etcd not healthy: %w", err))
+	}
+
+	api, err := startProcess("kube-apiserver", cp.Dir, cp.out, nil, apiBin,
+		"--etcd-servers="+clientURL,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(cp.apiPort),
+		"--cert-dir="+filepath.Join(cp.Dir, "certs"),
+		"--token-auth-file="+filepath.Join(cp.Dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file="+filepath.Join(cp.Dir, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(cp.Dir, "sa.key"),
+		// Dual-stack service CIDR (IPv4 primary): Services stay IPv4 unless
+		// they ask for IPv6, but tests can make IPv6 ClusterIPs (Linkerd
+		// per-pod mirrors in an IPv6 cluster) and RequireDualStack Services,
+		// which the endpointslice controller needs before it publishes IPv6
+		// pod addresses. A side effect, as in any dual-stack cluster:
+		// selector-less headless Services default to RequireDualStack
+		// (CreateMirror pins its headless mirror to single-stack).
+		"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/108",
+		// No kubelet mounts tokens; the ServiceAccount plugin would demand them.
+		"--disable-admission-plugins=ServiceAccount",
+	)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, api)
+	if err := waitHTTP(ctx, api, cp.APIServerURL()+"/readyz", cp.adminToken, func(code int, body string) bool {
+		return code == http.StatusOK && strings.TrimSpace(body) == "ok"
+	}); err != nil {
+		return portClash(api, fmt.Errorf("kube-apiserver not ready: %w", err))
+	}
+
+	if err := cp.writeClients(); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, api, "default namespace", func(ctx context.Context) (bool, error) {
+		_, err := cp.Client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+
+	kcm, err := startProcess("kube-controller-manager", cp.Dir, cp.out, nil, kcmBin,
+		"--kubeconfig="+cp.Kubeconfig,
+		"--controllers=endpointslice,endpointslicemirroring,garbagecollector,namespace",
+		"--leader-elect=false",
+		"--secure-port=0",
+	)
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, kcm)
+	return cp.waitControllerManager(ctx, kcm)
+}
+
+// writeClients writes the admin kubeconfig and builds Config and Client.
+func (cp *ControlPlane) writeClients() error {
+	path, err := cp.writeKubeconfig("kubeconfig", "admin", cp.adminToken)
+	if err != nil {
+		return err
+	}
+	cp.Kubeconfig = path
+	cp.Config = &rest.Config{
+		Host:            cp.APIServerURL(),
+		BearerToken:     cp.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		QPS:             100,
+		Burst:           200,
+		// Fixtures write v1 Endpoints on purpose (Linkerd does); the
+		// deprecation warning on every call is noise.
+		WarningHandler: rest.NoWarnings{},
+	}
+	cp.Client, err = kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	return nil
+}
+
+// waitControllerManager returns once kube-controller-manager's controllers
+// demonstrably run. The `kubernetes` Service's EndpointSlice is written by
+// the apiserver itself, so it proves nothing; instead a selector-less probe
+// Service with v1 Endpoints is created in `default`, and the wait is for the
+// endpointslicemirroring controller to mirror it into an EndpointSlice. The
+// probe is then deleted and the wait goes on until its slice is gone too,
+// so tests start from a clean cluster.
+func (cp *ControlPlane) waitControllerManager(ctx context.Context, kcm *process) error {
+	const probe = "harness-kcm-probe"
+	ns := metav1.NamespaceDefault
+	c := cp.Client.CoreV1()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: probe},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "p", Port: 1, Protocol: corev1.ProtocolTCP}}},
+	}
+	if _, err := c.Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create controller-manager probe service: %w", err)
+	}
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: probe},
+		Subsets: []corev1.EndpointSubset{{
+			// TEST-NET-1: never contacted, and Endpoints reject loopback.
+			Addresses: []corev1.EndpointAddress{{IP: "192.0.2.1"}},
+			Ports:     []corev1.EndpointPort{{Name: "p", Port: 1, Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	if _, err := c.Endpoints(ns).Create(ctx, ep, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create controller-manager probe endpoints: %w", err)
+	}
+	probeSlices := func(ctx context.Context) ([]discoveryv1.EndpointSlice, error) {
+		l, err := cp.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + probe})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}
+	if err := waitFor(ctx, kcm, "kube-controller-manager to mirror a probe EndpointSlice", func(ctx context.Context) (bool, error) {
+		s, err := probeSlices(ctx)
+		return err == nil && len(s) > 0, nil
+	}); err != nil {
+		return err
+	}
+	if err := c.Endpoints(ns).Delete(ctx, probe, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete controller-manager probe endpoints: %w", err)
+	}
+	if err := c.Services(ns).Delete(ctx, probe, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete controller-manager probe service: %w", err)
+	}
+	return waitFor(ctx, kcm, "kube-controller-manager to delete the probe EndpointSlice", func(ctx context.Context) (bool, error) {
+		s, err := probeSlices(ctx)
+		return err == nil && len(s) == 0, nil
+	})
+}
+
+// APIServerURL returns https://127.0.0.1:PORT.
+func (cp *ControlPlane) APIServerURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(cp.apiPort)
+}
+
+// KubeconfigFor writes a kubeconfig for a static token user (see
+// Options.ExtraTokens) and returns its path. Unknown tokens are allowed, to
+// test authentication failures.
+func (cp *ControlPlane) KubeconfigFor(token string) (string, error) {
+	sum := sha256.Sum256([]byte(token))
+	return cp.writeKubeconfig("kubeconfig-"+hex.EncodeToString(sum[:4]), "user", token)
+}
+
+// writeKubeconfig writes Dir/name for user authenticating with token.
+func (cp *ControlPlane) writeKubeconfig(name, user, token string) (string, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: cp.APIServerURL(), InsecureSkipTLSVerify: true}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["harness"] = &clientcmdapi.Context{Cluster: "harness", AuthInfo: user}
+	cfg.CurrentContext = "harness"
+	path := filepath.Join(cp.Dir, name)
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("write kubeconfig %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// Stop stops kube-controller-manager, kube-apiserver and etcd in that order
+// (SIGTERM, SIGKILL after 5 s) and removes Dir if StartControlPlane made it.
+// It is idempotent.
+func (cp *ControlPlane) Stop() {
+	cp.stopOnce.Do(func() {
+		cp.stopProcesses()
+		if cp.ownsDir {
+			_ = os.RemoveAll(cp.Dir)
+		}
+	})
+}
+
+// stopProcesses stops the started processes in reverse start order.
+func (cp *ControlPlane) stopProcesses() {
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		cp.procs[i].terminate(5 * time.Second)
+	}
+	cp.procs = nil
+}
+
+// waitHTTP polls url (with a bearer token, TLS unverified) until ok accepts
+// the answer, p exits, or readyTimeout passes.
+func waitHTTP(ctx context.Context, p *process, url, token string, ok func(code int, body string) bool) error {
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	}
+	defer client.CloseIdleConnections()
+	last := "no answer"
+	err := waitFor(ctx, p, "GET "+url, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		return ok(resp.StatusCode, string(body)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; last answer: %s", err, last)
+	}
+	return nil
+}
+
+// waitFor polls cond every 100 ms until it is true, it fails, p exits
+// (error with p's log tail), or readyTimeout (or ctx) expires (error with
+// p's log tail).
+func waitFor(ctx context.Context, p *process, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
+		done, err := cond(callCtx)
+		callCancel()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w; last lines of %s:\n%s", what, ctx.Err(), p.logPath, tailFile(p.logPath, 40))
+		case <-tick.C:
+		}
+	}
+}
+
+// randomHex returns 2n random hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

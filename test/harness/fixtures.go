@@ -1,0 +1,698 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+)
+
+// Labels and annotations written by Linkerd's service mirror
+// (linkerd2 pkg/k8s/labels.go).
+const (
+	LabelExported              = "mirror.linkerd.io/exported"
+	LabelMirroredService       = "mirror.linkerd.io/mirrored-service"
+	LabelClusterName           = "mirror.linkerd.io/cluster-name"
+	LabelHeadlessMirrorSvcName = "mirror.linkerd.io/headless-mirror-svc-name"
+	LabelRemoteDiscovery       = "multicluster.linkerd.io/remote-discovery"
+	LabelRemoteService         = "multicluster.linkerd.io/remote-service"
+
+	AnnotationRemoteSvcFqName       = "mirror.linkerd.io/remote-svc-fq-name"
+	AnnotationRemoteResourceVersion = "mirror.linkerd.io/remote-resource-version"
+	AnnotationRemoteGatewayIdentity = "mirror.linkerd.io/remote-gateway-identity"
+
+	// svcMirrorPrefix marks labels Linkerd does not copy from remote services.
+	svcMirrorPrefix = "mirror.linkerd.io/"
+)
+
+// The fake Linkerd gateway the per-pod and ClusterIP mirrors point at. The
+// addresses are only written into Endpoints; nothing ever connects to them.
+const (
+	GatewayIP       = "172.31.255.1"
+	GatewayIPv6     = "fd00:31:255::1"
+	GatewayPort     = 4143
+	GatewayIdentity = "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.linkerd.cluster.local"
+)
+
+// remoteResourceVersion stands in for the remote objects' resourceVersion
+// that Linkerd records; any value will do, nothing compares it.
+const remoteResourceVersion = "1"
+
+// Port is a service port; TargetPort defaults to Port, Protocol to TCP.
+type Port struct {
+	Name             string
+	Port, TargetPort int32
+	Protocol         corev1.Protocol
+}
+
+func (p Port) target() int32 {
+	if p.TargetPort == 0 {
+		return p.Port
+	}
+	return p.TargetPort
+}
+
+func (p Port) protocol() corev1.Protocol {
+	if p.Protocol == "" {
+		return corev1.ProtocolTCP
+	}
+	return p.Protocol
+}
+
+// servicePorts returns the Service ports (Linkerd's remapRemoteServicePorts
+// keeps name, protocol, port and targetPort).
+func servicePorts(ports []Port) []corev1.ServicePort {
+	out := make([]corev1.ServicePort, 0, len(ports))
+	for _, p := range ports {
+		out = append(out, corev1.ServicePort{Name: p.Name, Protocol: p.protocol(), Port: p.Port, TargetPort: intstr.FromInt32(p.target())})
+	}
+	return out
+}
+
+// gatewayPorts returns the Endpoints ports of a mirror pointing at the
+// gateway: every service port, by name, on the gateway port.
+func gatewayPorts(ports []Port) []corev1.EndpointPort {
+	out := make([]corev1.EndpointPort, 0, len(ports))
+	for _, p := range ports {
+		out = append(out, corev1.EndpointPort{Name: p.Name, Protocol: p.protocol(), Port: GatewayPort})
+	}
+	return out
+}
+
+// RemoteEndpoint is a pod of the remote StatefulSet.
+type RemoteEndpoint struct {
+	Hostname string
+	Ready    bool
+}
+
+// Mirror describes a headless service exported from a linked cluster.
+type Mirror struct {
+	Namespace, Service, Cluster string            // remote Service in Namespace; the Link's targetClusterName
+	Ports                       []Port            // remote service ports (port and targetPort may differ)
+	Endpoints                   []RemoteEndpoint  // remote StatefulSet pods
+	Labels                      map[string]string // remote labels; Linkerd copies all but mirror.linkerd.io/*
+	OmitFQName                  bool              // leave remote-svc-fq-name off the headless Service and Endpoints (old Linkerd, hostile tests)
+	// IPv6 makes the per-pod Services (and the headless mirror) single-stack
+	// IPv6, so the headless mirror's addresses are IPv6 ClusterIPs, as
+	// Linkerd produces in an IPv6 cluster. (Linkerd sets no IP family; the
+	// harness cluster is dual-stack, IPv4 first.)
+	IPv6 bool
+}
+
+// MirroredName is the local name Linkerd gives remote name: <name>-<cluster>.
+func MirroredName(name, cluster string) string { return name + "-" + cluster }
+
+// MirrorObjects names what CreateMirror or UpdateMirror made.
+type MirrorObjects struct {
+	Namespace   string
+	Service     string            // headless mirror Service and Endpoints, <svc>-<cluster>
+	PodServices map[string]string // hostname -> per-pod Service (and Endpoints) <hostname>-<cluster>
+	ClusterIPs  map[string]string // hostname -> ClusterIP of the per-pod Service
+}
+
+// mirrorLabels are the labels of Linkerd's mirror Services and Endpoints:
+// the remote labels except mirror.linkerd.io/*, mirrored-service and
+// cluster-name. (Linkerd before the Link v1alpha3 API put only the last two
+// on the headless mirror's Endpoints and on the per-pod mirrors.)
+func mirrorLabels(cluster string, remote map[string]string) map[string]string {
+	l := map[string]string{}
+	for k, v := range remote {
+		if !strings.HasPrefix(k, svcMirrorPrefix) {
+			l[k] = v
+		}
+	}
+	l[LabelMirroredService] = "true"
+	l[LabelClusterName] = cluster
+	return l
+}
+
+// fqName is the remote-svc-fq-name of a remote service.
+func fqName(service, namespace string) string {
+	return service + "." + namespace + ".svc.cluster.local"
+}
+
+// CreateMirror creates what Linkerd's service mirror (with
+// enableHeadlessServices) creates for an exported headless service, in
+// Linkerd's order:
+//   - the headless mirror Service <svc>-<cluster> (clusterIP None, no
+//     selector, mirror labels, annotations remote-svc-fq-name and
+//     remote-resource-version, the remote service ports);
+//   - per endpoint, a ClusterIP "endpoint mirror" Service
+//     <hostname>-<cluster> (plus label headless-mirror-svc-name, annotations
+//     remote-resource-version and remote-svc-fq-name
+//     <hostname>.<svc>.<ns>.svc.cluster.local) and its Endpoints pointing at
+//     the gateway GatewayIP:GatewayPort;
+//   - the headless mirror Endpoints <svc>-<cluster>: mirror labels,
+//     annotations remote-svc-fq-name and remote-gateway-identity, one subset
+//     whose addresses are {hostname, ClusterIP of the per-pod Service} and
+//     whose ports are the remote TARGET ports.
+//
+// Ready endpoints go to addresses, others to notReadyAddresses. Note that
+// Linkerd itself leaves out remote pods that are not ready, and moves
+// addresses to notReadyAddresses only when the gateway probe fails; a Ready
+// false endpoint models the latter.
+func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*MirrorObjects, error) {
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	name := MirroredName(m.Service, m.Cluster)
+	labels := mirrorLabels(m.Cluster, m.Labels)
+	annotations := map[string]string{AnnotationRemoteResourceVersion: remoteResourceVersion}
+	if !m.OmitFQName {
+		annotations[AnnotationRemoteSvcFqName] = fqName(m.Service, m.Namespace)
+	}
+	// Linkerd sets no IP family. In the dual-stack harness cluster the
+	// apiserver would default a selector-less headless Service to
+	// RequireDualStack, so the single-stack default of an IPv4 (or, with
+	// IPv6, an IPv6) cluster is spelled out to get the same object.
+	family := corev1.IPv4Protocol
+	if m.IPv6 {
+		family = corev1.IPv6Protocol
+	}
+	single := corev1.IPFamilyPolicySingleStack
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: annotations},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:      corev1.ClusterIPNone,
+			Ports:          servicePorts(m.Ports),
+			IPFamilyPolicy: &single,
+			IPFamilies:     []corev1.IPFamily{family},
+		},
+	}
+	if _, err := c.CoreV1().Services(m.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create headless mirror service %s/%s: %w", m.Namespace, name, err)
+	}
+	objs := &MirrorObjects{Namespace: m.Namespace, Service: name, PodServices: map[string]string{}, ClusterIPs: map[string]string{}}
+	for _, e := range m.Endpoints {
+		if err := createPodMirror(ctx, c, m, e.Hostname, objs); err != nil {
+			return nil, err
+		}
+	}
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: m.endpointsAnnotations()},
+		Subsets:    m.subsets(objs),
+	}
+	if _, err := c.CoreV1().Endpoints(m.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create headless mirror endpoints %s/%s: %w", m.Namespace, name, err)
+	}
+	return objs, nil
+}
+
+// UpdateMirror re-applies m to a mirror made by CreateMirror, as Linkerd
+// does on a remote change: per-pod Services for new endpoints are created,
+// those of removed endpoints deleted (with their Endpoints), the headless
+// Service's labels and ports refreshed, and the headless Endpoints updated
+// (so readiness moves between addresses and notReadyAddresses).
+func UpdateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*MirrorObjects, error) {
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	name := MirroredName(m.Service, m.Cluster)
+	objs := &MirrorObjects{Namespace: m.Namespace, Service: name, PodServices: map[string]string{}, ClusterIPs: map[string]string{}}
+	existing, err := podMirrors(ctx, c, m.Namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, e := range m.Endpoints {
+		pod := MirroredName(e.Hostname, m.Cluster)
+		want[pod] = true
+		if s, ok := existing[pod]; ok {
+			objs.PodServices[e.Hostname] = pod
+			objs.ClusterIPs[e.Hostname] = s.Spec.ClusterIP
+			continue
+		}
+		if err := createPodMirror(ctx, c, m, e.Hostname, objs); err != nil {
+			return nil, err
+		}
+	}
+	for pod := range existing {
+		if !want[pod] {
+			if err := deleteServiceAndEndpoints(ctx, c, m.Namespace, pod); err != nil {
+				return nil, err
+			}
+		}
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		svc, err := c.CoreV1().Services(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		svc.Labels = mirrorLabels(m.Cluster, m.Labels)
+		svc.Spec.Ports = servicePorts(m.Ports)
+		_, err = c.CoreV1().Services(m.Namespace).Update(ctx, svc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update headless mirror service %s/%s: %w", m.Namespace, name, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ep, err := c.CoreV1().Endpoints(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ep.Labels = mirrorLabels(m.Cluster, m.Labels)
+		ep.Annotations = m.endpointsAnnotations()
+		ep.Subsets = m.subsets(objs)
+		_, err = c.CoreV1().Endpoints(m.Namespace).Update(ctx, ep, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update headless mirror endpoints %s/%s: %w", m.Namespace, name, err)
+	}
+	return objs, nil
+}
+
+// DeleteMirror deletes what Linkerd deletes when the service is unexported
+// or the link removed: the per-pod Services and Endpoints, then the headless
+// mirror Service and Endpoints. (No endpoints controller runs here to remove
+// Endpoints of deleted Services, so they are deleted explicitly, as Linkerd's
+// unlink cleanup does.) Missing objects are not an error.
+func DeleteMirror(ctx context.Context, c kubernetes.Interface, namespace, service, cluster string) error {
+	name := MirroredName(service, cluster)
+	pods, err := podMirrors(ctx, c, namespace, name)
+	if err != nil {
+		return err
+	}
+	for pod := range pods {
+		if err := deleteServiceAndEndpoints(ctx, c, namespace, pod); err != nil {
+			return err
+		}
+	}
+	return deleteServiceAndEndpoints(ctx, c, namespace, name)
+}
+
+func (m Mirror) validate() error {
+	if m.Namespace == "" || m.Service == "" || m.Cluster == "" {
+		return fmt.Errorf("mirror needs Namespace, Service and Cluster, got %q/%q from %q", m.Namespace, m.Service, m.Cluster)
+	}
+	if len(m.Ports) == 0 {
+		// Linkerd skips exported services without ports.
+		return fmt.Errorf("mirror %s/%s needs at least one port", m.Namespace, m.Service)
+	}
+	return nil
+}
+
+// endpointsAnnotations are the headless mirror Endpoints' annotations.
+func (m Mirror) endpointsAnnotations() map[string]string {
+	a := map[string]string{AnnotationRemoteGatewayIdentity: GatewayIdentity}
+	if !m.OmitFQName {
+		a[AnnotationRemoteSvcFqName] = fqName(m.Service, m.Namespace)
+	}
+	return a
+}
+
+// subsets builds the headless mirror Endpoints' single subset.
+func (m Mirror) subsets(objs *MirrorObjects) []corev1.EndpointSubset {
+	var s corev1.EndpointSubset
+	for _, e := range m.Endpoints {
+		a := corev1.EndpointAddress{Hostname: e.Hostname, IP: objs.ClusterIPs[e.Hostname]}
+		if e.Ready {
+			s.Addresses = append(s.Addresses, a)
+		} else {
+			s.NotReadyAddresses = append(s.NotReadyAddresses, a)
+		}
+	}
+	if len(s.Addresses)+len(s.NotReadyAddresses) == 0 {
+		return nil
+	}
+	// The remote Endpoints' ports, copied by Linkerd: the target ports.
+	for _, p := range m.Ports {
+		s.Ports = append(s.Ports, corev1.EndpointPort{Name: p.Name, Port: p.target(), Protocol: p.protocol()})
+	}
+	return []corev1.EndpointSubset{s}
+}
+
+// createPodMirror creates the per-pod "endpoint mirror" Service of hostname
+// and its Endpoints to the gateway, and records its ClusterIP in objs.
+func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, hostname string, objs *MirrorObjects) error {
+	name := MirroredName(hostname, m.Cluster)
+	labels := mirrorLabels(m.Cluster, m.Labels)
+	labels[LabelHeadlessMirrorSvcName] = MirroredName(m.Service, m.Cluster)
+	fq := hostname + "." + fqName(m.Service, m.Namespace)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: map[string]string{
+			AnnotationRemoteResourceVersion: remoteResourceVersion,
+			AnnotationRemoteSvcFqName:       fq,
+		}},
+		Spec: corev1.ServiceSpec{Ports: servicePorts(m.Ports)},
+	}
+	gateway := GatewayIP
+	if m.IPv6 {
+		single := corev1.IPFamilyPolicySingleStack
+		svc.Spec.IPFamilyPolicy = &single
+		svc.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+		gateway = GatewayIPv6
+	}
+	created, err := c.CoreV1().Services(m.Namespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create endpoint mirror service %s/%s: %w", m.Namespace, name, err)
+	}
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: map[string]string{
+			AnnotationRemoteSvcFqName:       fq,
+			AnnotationRemoteGatewayIdentity: GatewayIdentity,
+		}},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses: []corev1.EndpointAddress{{IP: gateway}},
+			Ports:     gatewayPorts(m.Ports),
+		}},
+	}
+	if _, err := c.CoreV1().Endpoints(m.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create endpoint mirror endpoints %s/%s: %w", m.Namespace, name, err)
+	}
+	objs.PodServices[hostname] = name
+	objs.ClusterIPs[hostname] = created.Spec.ClusterIP
+	return nil
+}
+
+// podMirrors returns the per-pod Services of headless mirror name, by name.
+func podMirrors(ctx context.Context, c kubernetes.Interface, namespace, name string) (map[string]corev1.Service, error) {
+	l, err := c.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelHeadlessMirrorSvcName + "=" + name})
+	if err != nil {
+		return nil, fmt.Errorf("list endpoint mirrors of %s/%s: %w", namespace, name, err)
+	}
+	out := map[string]corev1.Service{}
+	for _, s := range l.Items {
+		out[s.Name] = s
+	}
+	return out, nil
+}
+
+// deleteServiceAndEndpoints deletes Service and Endpoints name, if present.
+func deleteServiceAndEndpoints(ctx context.Context, c kubernetes.Interface, namespace, name string) error {
+	if err := c.CoreV1().Services(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete service %s/%s: %w", namespace, name, err)
+	}
+	if err := c.CoreV1().Endpoints(namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete endpoints %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// CreateClusterIPMirror creates Linkerd's mirror of a non-headless remote
+// service: ClusterIP Service <svc>-<cluster> and Endpoints to the gateway.
+// It must never become a global service.
+func CreateClusterIPMirror(ctx context.Context, c kubernetes.Interface, namespace, service, cluster string, ports []Port) error {
+	name := MirroredName(service, cluster)
+	labels := mirrorLabels(cluster, nil)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, Annotations: map[string]string{
+			AnnotationRemoteSvcFqName:       fqName(service, namespace),
+			AnnotationRemoteResourceVersion: remoteResourceVersion,
+		}},
+		Spec: corev1.ServiceSpec{Ports: servicePorts(ports)},
+	}
+	if _, err := c.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create clusterIP mirror service %s/%s: %w", namespace, name, err)
+	}
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, Annotations: map[string]string{
+			AnnotationRemoteSvcFqName:       fqName(service, namespace),
+			AnnotationRemoteGatewayIdentity: GatewayIdentity,
+		}},
+		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: GatewayIP}}, Ports: gatewayPorts(ports)}},
+	}
+	if _, err := c.CoreV1().Endpoints(namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create clusterIP mirror endpoints %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// CreateRemoteDiscoveryMirror creates Linkerd's (>= 2.14) remote-discovery
+// mirror: ClusterIP Service <svc>-<cluster> with labels remote-discovery
+// and remote-service, and no Endpoints. It must never become a global
+// service.
+func CreateRemoteDiscoveryMirror(ctx context.Context, c kubernetes.Interface, namespace, service, cluster string, ports []Port) error {
+	name := MirroredName(service, cluster)
+	labels := mirrorLabels(cluster, nil)
+	labels[LabelRemoteDiscovery] = cluster
+	labels[LabelRemoteService] = service
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, Annotations: map[string]string{
+			AnnotationRemoteSvcFqName:       fqName(service, namespace),
+			AnnotationRemoteResourceVersion: remoteResourceVersion,
+		}},
+		Spec: corev1.ServiceSpec{Ports: servicePorts(ports)},
+	}
+	if _, err := c.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create remote-discovery mirror service %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// Pod is a StatefulSet pod; Name is also its hostname (e.g. foo-0).
+type Pod struct {
+	Name, Node string
+	IP         string
+	IPv6       string // optional second (dual-stack) pod IP
+	Ready      bool
+}
+
+// StatefulSet describes a local StatefulSet: its headless Service and pods.
+// No StatefulSet object is made; nothing here needs one.
+type StatefulSet struct {
+	Namespace, Service string // headless Service with selector app=<Service>
+	Ports              []Port
+	Pods               []Pod
+	NotExported        bool              // leave out mirror.linkerd.io/exported=true
+	IPFamilies         []corev1.IPFamily // optional; two families make it RequireDualStack
+}
+
+// Node is a cluster node with topology labels.
+type Node struct{ Name, Zone, Region string }
+
+// CreateNode creates a Node with the zone, region and hostname labels and a
+// Ready condition (written through the status subresource).
+func CreateNode(ctx context.Context, c kubernetes.Interface, n Node) error {
+	labels := map[string]string{corev1.LabelHostname: n.Name}
+	if n.Zone != "" {
+		labels[corev1.LabelTopologyZone] = n.Zone
+	}
+	if n.Region != "" {
+		labels[corev1.LabelTopologyRegion] = n.Region
+	}
+	node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", n.Name, err)
+	}
+	now := metav1.Now()
+	node.Status.Conditions = []corev1.NodeCondition{{
+		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		Message: "harness node", LastHeartbeatTime: now, LastTransitionTime: now,
+	}}
+	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update node %s status: %w", n.Name, err)
+	}
+	return nil
+}
+
+// CreateStatefulSet creates the headless Service and the pods, then writes
+// each pod's status as a kubelet would (phase Running, podIP(s), conditions).
+// The endpointslice controller then publishes them. The pods' nodes must
+// exist (CreateNode) or the controller leaves the pods out.
+func CreateStatefulSet(ctx context.Context, c kubernetes.Interface, s StatefulSet) error {
+	selector := map[string]string{"app": s.Service}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Service, Namespace: s.Namespace},
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  selector,
+			Ports:     servicePorts(s.Ports),
+		},
+	}
+	if !s.NotExported {
+		svc.Labels = map[string]string{LabelExported: "true"}
+	}
+	if len(s.IPFamilies) > 0 {
+		policy := corev1.IPFamilyPolicySingleStack
+		if len(s.IPFamilies) > 1 {
+			policy = corev1.IPFamilyPolicyRequireDualStack
+		}
+		svc.Spec.IPFamilyPolicy = &policy
+		svc.Spec.IPFamilies = s.IPFamilies
+	}
+	if _, err := c.CoreV1().Services(s.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create service %s/%s: %w", s.Namespace, s.Service, err)
+	}
+	var containerPorts []corev1.ContainerPort
+	for _, p := range s.Ports {
+		containerPorts = append(containerPorts, corev1.ContainerPort{Name: p.Name, ContainerPort: p.target(), Protocol: p.protocol()})
+	}
+	for _, p := range s.Pods {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.Namespace, Labels: selector},
+			Spec: corev1.PodSpec{
+				NodeName:  p.Node,
+				Hostname:  p.Name,
+				Subdomain: s.Service,
+				Containers: []corev1.Container{{
+					Name:  "app",
+					Image: "registry.invalid/app:test", // never pulled: no kubelet
+					Ports: containerPorts,
+				}},
+			},
+		}
+		created, err := c.CoreV1().Pods(s.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create pod %s/%s: %w", s.Namespace, p.Name, err)
+		}
+		setPodStatus(created, p)
+		if _, err := c.CoreV1().Pods(s.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update pod %s/%s status: %w", s.Namespace, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// setPodStatus writes the status a kubelet reports for a running pod.
+func setPodStatus(pod *corev1.Pod, p Pod) {
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.StartTime = &now
+	pod.Status.PodIP = p.IP
+	pod.Status.PodIPs = []corev1.PodIP{{IP: p.IP}}
+	if p.IPv6 != "" {
+		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: p.IPv6})
+	}
+	pod.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
+	setReady(pod, p.Ready)
+}
+
+// setReady sets the Ready and ContainersReady conditions of pod.
+func setReady(pod *corev1.Pod, ready bool) {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	now := metav1.Now()
+	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
+		found := false
+		for i := range pod.Status.Conditions {
+			if cond := &pod.Status.Conditions[i]; cond.Type == t {
+				found = true
+				if cond.Status != status {
+					cond.Status, cond.LastTransitionTime = status, now
+				}
+			}
+		}
+		if !found {
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: t, Status: status, LastTransitionTime: now})
+		}
+	}
+}
+
+// SetPodReady sets a pod's Ready and ContainersReady conditions.
+func SetPodReady(ctx context.Context, c kubernetes.Interface, namespace, pod string, ready bool) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := c.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		setReady(p, ready)
+		_, err = c.CoreV1().Pods(namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set pod %s/%s ready=%t: %w", namespace, pod, ready, err)
+	}
+	return nil
+}
+
+// EnsureNamespace creates namespace name unless it exists.
+func EnsureNamespace(ctx context.Context, c kubernetes.Interface, name string) error {
+	_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// WaitForSlices polls (every 100 ms) the EndpointSlices labelled
+// kubernetes.io/service-name=<service> in namespace until cond accepts them
+// or ctx ends; the error then describes the slices last seen.
+func WaitForSlices(ctx context.Context, c kubernetes.Interface, namespace, service string, cond func([]discoveryv1.EndpointSlice) bool) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last []discoveryv1.EndpointSlice
+	var lastErr error
+	for {
+		l, err := c.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+		if err == nil {
+			last, lastErr = l.Items, nil
+			if cond(l.Items) {
+				return nil
+			}
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			msg := fmt.Sprintf("waiting for EndpointSlices of %s/%s: %v; last seen: %s", namespace, service, ctx.Err(), DescribeSlices(last))
+			if lastErr != nil {
+				msg += "; last error: " + lastErr.Error()
+			}
+			return errors.New(msg)
+		case <-tick.C:
+		}
+	}
+}
+
+// DescribeSlices renders slices compactly for test failure messages.
+func DescribeSlices(slices []discoveryv1.EndpointSlice) string {
+	if len(slices) == 0 {
+		return "no slices"
+	}
+	var parts []string
+	for _, s := range slices {
+		var eps []string
+		for _, e := range s.Endpoints {
+			d := strings.Join(e.Addresses, ",")
+			if e.Hostname != nil {
+				d = *e.Hostname + "=" + d
+			}
+			if e.Conditions.Ready != nil {
+				d += " ready=" + strconv.FormatBool(*e.Conditions.Ready)
+			}
+			if e.NodeName != nil {
+				d += " node=" + *e.NodeName
+			}
+			if e.Zone != nil {
+				d += " zone=" + *e.Zone
+			}
+			eps = append(eps, d)
+		}
+		var ports []string
+		for _, p := range s.Ports {
+			if p.Port != nil {
+				name := ""
+				if p.Name != nil {
+					name = *p.Name
+				}
+				ports = append(ports, name+":"+strconv.Itoa(int(*p.Port)))
+			}
+		}
+		var labels []string
+		for k, v := range s.Labels {
+			labels = append(labels, k+"="+v)
+		}
+		sort.Strings(labels)
+		parts = append(parts, fmt.Sprintf("%s(%s) [%s] ports [%s] labels {%s}", s.Name, s.AddressType,
+			strings.Join(eps, "; "), strings.Join(ports, ","), strings.Join(labels, ",")))
+	}
+	return strings.Join(parts, " | ")
+}

@@ -1,0 +1,215 @@
+// Package harness runs a real Kubernetes control plane (etcd, kube-apiserver,
+// kube-controller-manager) and the project's coredns binary as child
+// processes on loopback, and creates Kubernetes objects exactly as Linkerd's
+// multicluster service mirror and Kubernetes itself do. It serves the
+// integration tests and the demo.
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is one child process whose output goes to a log file.
+type process struct {
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	logFile *os.File
+	done    chan struct{} // closed once the process has exited
+	err     error         // exit error, valid after done is closed
+	stop    sync.Once
+}
+
+// startProcess runs bin with args, writing stdout and stderr to dir/<name>.log
+// and, when out is not nil, also to out with a "[name] " prefix per line.
+// env entries (KEY=VALUE) are added to the current environment.
+func startProcess(name, dir string, out io.Writer, env []string, bin string, args ...string) (*process, error) {
+	logPath := dir + "/" + name + ".log"
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open %s log: %w", name, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var w io.Writer = f
+	if out != nil {
+		w = io.MultiWriter(f, &prefixWriter{w: out, prefix: "[" + name + "] "})
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Own process group, so Stop reaches anything the child forks.
+		Setpgid: true,
+		// If the test binary dies without running cleanups (panic, timeout,
+		// SIGKILL), the kernel kills the child: no leaked servers.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	// A grandchild holding the output pipe must not block Wait forever.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+	}
+	p := &process{name: name, logPath: logPath, cmd: cmd, logFile: f, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports whether the process has already exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signalGroup sends sig to the process group of p.
+func (p *process) signalGroup(sig syscall.Signal) {
+	// The negative pid addresses the whole group (Setpgid made pgid == pid).
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// terminate sends SIGTERM, waits up to grace, then SIGKILLs the group and
+// waits for the exit. It is safe to call more than once.
+func (p *process) terminate(grace time.Duration) {
+	p.stop.Do(func() {
+		if !p.exited() {
+			p.signalGroup(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(grace):
+			}
+		}
+		// Also after a clean exit: a forked grandchild may still be around.
+		p.signalGroup(syscall.SIGKILL)
+		<-p.done
+	})
+}
+
+// kill SIGKILLs the process group and waits for the exit.
+func (p *process) kill() {
+	p.stop.Do(func() {
+		p.signalGroup(syscall.SIGKILL)
+		<-p.done
+	})
+}
+
+// exitError describes an early exit of p with the tail of its log.
+func (p *process) exitError() error {
+	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, tailFile(p.logPath, 40))
+}
+
+// logContains reports whether p's log contains s.
+func (p *process) logContains(s string) bool {
+	b, _ := os.ReadFile(p.logPath)
+	return bytes.Contains(b, []byte(s))
+}
+
+// errPortInUse marks start failures caused by a port taken between picking
+// and binding it; the caller retries with new ports.
+var errPortInUse = errors.New("port already in use")
+
+// portClash wraps err with errPortInUse when p's log shows a bind failure.
+func portClash(p *process, err error) error {
+	if p.logContains("address already in use") {
+		return fmt.Errorf("%w: %w", errPortInUse, err)
+	}
+	return err
+}
+
+// tailFile returns the last n lines of the file at path.
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	defer f.Close()
+	// The apiserver log can be large; the last 256 KiB hold enough lines.
+	const window = 256 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > window {
+		_, _ = f.Seek(st.Size()-window, io.SeekStart)
+	}
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freePorts returns n distinct free ports.
+func freePorts(n int) ([]int, error) {
+	// Keep all listeners open until the end so the ports are distinct.
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// outMu serialises writes of all processes to shared Out writers.
+var outMu sync.Mutex
+
+// prefixWriter writes complete lines to w, each prefixed.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (pw *prefixWriter) Write(b []byte) (int, error) {
+	pw.buf = append(pw.buf, b...)
+	for {
+		i := bytes.IndexByte(pw.buf, '\n')
+		if i < 0 {
+			break
+		}
+		outMu.Lock()
+		_, _ = io.WriteString(pw.w, pw.prefix+string(pw.buf[:i+1]))
+		outMu.Unlock()
+		pw.buf = pw.buf[i+1:]
+	}
+	return len(b), nil
+}
