@@ -1,0 +1,147 @@
+// Package integration tests the real bin/coredns against a real control plane: etcd,
+// kube-apiserver and kube-controller-manager from test/harness, queried over UDP and TCP.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+	"k8s.io/client-go/kubernetes"
+)
+
+// cp is the control plane every test shares; each test works in namespaces of its own.
+var cp *harness.ControlPlane
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	var err error
+	cp, err = harness.StartControlPlane(ctx, harness.Options{})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "integration: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cp.Stop()
+	os.Exit(code)
+}
+
+var nsCounter atomic.Int32
+
+// namespace creates a fresh namespace for t.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := fmt.Sprintf("%s-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), nsCounter.Add(1))
+	if len(ns) > 63 {
+		ns = ns[len(ns)-63:]
+	}
+	ns = strings.Trim(ns, "-")
+	must(t, harness.EnsureNamespace(context.Background(), client(), ns))
+	return ns
+}
+
+func client() kubernetes.Interface { return cp.Client }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// patience bounds every wait: generous, because a loaded CI machine is slow, not because
+// anything should take long.
+const patience = 60 * time.Second
+
+// eventually retries check until it returns nil or patience runs out.
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ask sends one question over proto with a 4096-byte EDNS buffer.
+func ask(t *testing.T, c *harness.CoreDNS, proto, qname string, qtype uint16) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(qname), qtype)
+	m.SetEdns0(4096, false)
+	return c.Exchange(t, m, proto)
+}
+
+// render is a section as compact strings in order, without owner names and TTLs: "A 10.0.0.1",
+// "SRV 0 50 5432 foo-0.east.foo.db.global.".
+func render(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		switch r := rr.(type) {
+		case *dns.A:
+			out = append(out, "A "+r.A.String())
+		case *dns.AAAA:
+			out = append(out, "AAAA "+r.AAAA.String())
+		case *dns.SRV:
+			out = append(out, fmt.Sprintf("SRV %d %d %d %s", r.Priority, r.Weight, r.Port, r.Target))
+		case *dns.OPT:
+		default:
+			out = append(out, dns.TypeToString[rr.Header().Rrtype]+" "+strings.TrimPrefix(rr.String(), rr.Header().String()))
+		}
+	}
+	return out
+}
+
+// expect checks one answer's rcode and answer section over both UDP and TCP.
+func expect(t *testing.T, c *harness.CoreDNS, qname string, qtype uint16, rcode int, answer ...string) error {
+	t.Helper()
+	for _, proto := range []string{"udp", "tcp"} {
+		m := ask(t, c, proto, qname, qtype)
+		got := render(m.Answer)
+		if m.Rcode != rcode || strings.Join(got, "|") != strings.Join(answer, "|") {
+			return fmt.Errorf("%s %s over %s:\n got %s %q\nwant %s %q", qname, dns.TypeToString[qtype], proto,
+				dns.RcodeToString[m.Rcode], got, dns.RcodeToString[rcode], answer)
+		}
+		if rcode == dns.RcodeNameError || (rcode == dns.RcodeSuccess && len(answer) == 0) {
+			if len(m.Ns) != 1 || m.Ns[0].Header().Rrtype != dns.TypeSOA {
+				return fmt.Errorf("%s %s over %s: negative answer without the zone SOA: %v", qname, dns.TypeToString[qtype], proto, m.Ns)
+			}
+		}
+	}
+	return nil
+}
+
+// eventuallyExpect waits until expect holds.
+func eventuallyExpect(t *testing.T, c *harness.CoreDNS, qname string, qtype uint16, rcode int, answer ...string) {
+	t.Helper()
+	eventually(t, "answer", func() error { return expect(t, c, qname, qtype, rcode, answer...) })
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	return string(b)
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	must(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
+}
