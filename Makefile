@@ -20,7 +20,7 @@ export GLOBAL_COREDNS_BIN      := $(CURDIR)/bin/coredns
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build controlplane test unit run vet clean help
+.PHONY: all build controlplane test unit run dig vet clean help
 all: build
 
 help:
@@ -56,8 +56,19 @@ test: build controlplane vet
 unit:
 	$(GO) test -count=1 ./plugin/... ./coredns/...
 
-run: build controlplane
-	$(GO) run ./test/cmd/demo
+# The demo runs as a binary of its own (not `go run`) so Ctrl-C reaches it and it stops every
+# process it started.
+run: build controlplane dig
+	$(GO) build -o bin/demo ./test/cmd/demo
+	bin/demo
+
+# dig is only suggested by `make run`; installed best-effort, the demo prints its own answers.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+dig:
+	@command -v dig >/dev/null || { echo "installing dig (Debian bind9-dnsutils)"; \
+		$(SUDO) apt-get install -y bind9-dnsutils >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update >/dev/null 2>&1 && $(SUDO) apt-get install -y bind9-dnsutils >/dev/null 2>&1; } || \
+		echo "could not install dig: the demo prints its own answers"; }
 
 clean:
 	rm -rf bin

@@ -218,9 +218,9 @@ func startCoreDNSTemplate(bin string, tmpl *template.Template, dir string, o cor
 // in dir (made if missing), copying its log to out if not nil. It is the
 // non-test variant for the demo. The addresses are read from the Corefile:
 // the DNS port of the first server block (default 53) and the ready, health
-// and prometheus plugins' listen addresses. It waits like StartCoreDNS; the
-// caller must Stop the process.
-func StartCoreDNSProcess(corefile, dir string, out io.Writer) (*CoreDNS, error) {
+// and prometheus plugins' listen addresses. env adds KEY=VALUE entries to
+// its environment. It waits like StartCoreDNS; the caller must Stop the process.
+func StartCoreDNSProcess(corefile, dir string, out io.Writer, env ...string) (*CoreDNS, error) {
 	bin, err := CoreDNSBinary()
 	if err != nil {
 		return nil, err
@@ -230,7 +230,7 @@ func StartCoreDNSProcess(corefile, dir string, out io.Writer) (*CoreDNS, error) 
 	}
 	a := parseCorefileAddrs(corefile)
 	c := &CoreDNS{Addr: a.dns, HealthAddr: a.health, ReadyAddr: a.ready, MetricsAddr: a.metrics, Dir: dir}
-	if err := c.run(bin, corefile, out, nil); err != nil {
+	if err := c.run(bin, corefile, out, env); err != nil {
 		return nil, err
 	}
 	return c, nil

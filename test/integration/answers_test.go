@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -174,16 +173,6 @@ func TestBigAnswer(t *testing.T) {
 		}
 		t.Logf("buffer %d: %d records over UDP", size, len(r.Answer))
 	}
-}
-
-// freeAddr returns a loopback address nothing listens on (for plugin listeners the harness does
-// not wait on).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	must(t, err)
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // TestNotSynced: with an API that never answers, names in the zone are SERVFAIL (never NXDOMAIN),

@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,4 +145,20 @@ func writeFile(t *testing.T, name, content string) string {
 	path := filepath.Join(t.TempDir(), name)
 	must(t, os.WriteFile(path, []byte(content), 0o600))
 	return path
+}
+
+// freeAddr returns a loopback address whose TCP and UDP ports are both free right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		must(t, err)
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err == nil {
+			u.Close()
+			return addr
+		}
+	}
 }

@@ -1,0 +1,35 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/globaldns/global/test/demo"
+)
+
+// TestDemo runs what `make run` runs, on a free port, and checks what it shows.
+func TestDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out strings.Builder
+	d, err := demo.Start(ctx, demo.Options{Addr: freeAddr(t), Corefile: "../../corefile/demo.Corefile", Dir: t.TempDir(), Out: &out})
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	defer d.Stop()
+	must(t, d.WaitAnswers(ctx))
+	var shown strings.Builder
+	d.Show(&shown)
+	for _, want := range []string{
+		"A foo.global +short\n  10.244.1.10\n  10.244.2.11\n  10.244.1.12\n", // local pods first
+		"SRV _tcp-db._tcp.foo.db.global +short\n  0 33 5432 foo-0.east.foo.db.global.\n",
+		"2 50 5432 foo-0.west.foo.db.global.\n",
+		"3 50 5432 foo-1.north.foo.db.global.\n",
+	} {
+		if !strings.Contains(shown.String(), want) {
+			t.Errorf("the demo does not show %q:\n%s", want, shown.String())
+		}
+	}
+}
