@@ -20,18 +20,6 @@ var (
 	dbPort = []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
 )
 
-func topology() *index.Topology {
-	return &index.Topology{
-		Local: "east",
-		Keys:  index.DefaultKeys,
-		Locality: map[string]map[string]string{
-			"east":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
-			"west":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
-			"north": {index.ZoneKey: "z2", index.RegionKey: "r1"},
-		},
-	}
-}
-
 // source: db/foo = local foo-0, foo-1 (+ foo-2 not ready), west foo-0 (IPv4 and IPv6), north foo-0;
 // db/empty has no ready endpoint; app/foo makes the short name foo ambiguous when present.
 func source() *indextest.Source {
@@ -57,7 +45,7 @@ func source() *indextest.Source {
 
 func newGlobal(t *testing.T, src index.Source, keys ...index.Key) *Global {
 	t.Helper()
-	ix := index.New(topology(), src)
+	ix := index.New(indextest.Topology(), src)
 	for _, k := range append(keys, foo, index.Key{Namespace: "db", Name: "empty"}) {
 		ix.Changed(k)
 	}
@@ -225,7 +213,7 @@ func TestAmbiguousShortName(t *testing.T) {
 }
 
 func TestNotSyncedIsServfail(t *testing.T) {
-	ix := index.New(topology(), source())
+	ix := index.New(indextest.Topology(), source())
 	ix.Changed(foo)
 	g := &Global{Zones: []string{"global."}, ttl: 5, index: ix}
 	m := query(t, g, "foo.db.global.", dns.TypeA)

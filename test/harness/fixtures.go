@@ -407,15 +407,8 @@ func deleteServiceAndEndpoints(ctx context.Context, c kubernetes.Interface, name
 func CreateClusterIPMirror(ctx context.Context, c kubernetes.Interface, namespace, service, cluster string, ports []Port) error {
 	name := MirroredName(service, cluster)
 	labels := mirrorLabels(cluster, nil)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, Annotations: map[string]string{
-			AnnotationRemoteSvcFqName:       fqName(service, namespace),
-			AnnotationRemoteResourceVersion: remoteResourceVersion,
-		}},
-		Spec: corev1.ServiceSpec{Ports: servicePorts(ports)},
-	}
-	if _, err := c.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create clusterIP mirror service %s/%s: %w", namespace, name, err)
+	if err := createClusterIPMirrorService(ctx, c, "clusterIP", namespace, service, name, labels, ports); err != nil {
+		return err
 	}
 	ep := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, Annotations: map[string]string{
@@ -439,6 +432,11 @@ func CreateRemoteDiscoveryMirror(ctx context.Context, c kubernetes.Interface, na
 	labels := mirrorLabels(cluster, nil)
 	labels[LabelRemoteDiscovery] = cluster
 	labels[LabelRemoteService] = service
+	return createClusterIPMirrorService(ctx, c, "remote-discovery", namespace, service, name, labels, ports)
+}
+
+// createClusterIPMirrorService creates the ClusterIP Service `name` mirroring remote `service`.
+func createClusterIPMirrorService(ctx context.Context, c kubernetes.Interface, kind, namespace, service, name string, labels map[string]string, ports []Port) error {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels, Annotations: map[string]string{
 			AnnotationRemoteSvcFqName:       fqName(service, namespace),
@@ -447,7 +445,7 @@ func CreateRemoteDiscoveryMirror(ctx context.Context, c kubernetes.Interface, na
 		Spec: corev1.ServiceSpec{Ports: servicePorts(ports)},
 	}
 	if _, err := c.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create remote-discovery mirror service %s/%s: %w", namespace, name, err)
+		return fmt.Errorf("create %s mirror service %s/%s: %w", kind, namespace, name, err)
 	}
 	return nil
 }

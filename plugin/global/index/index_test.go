@@ -16,21 +16,8 @@ var (
 	targetPort = []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}
 )
 
-func topology() *index.Topology {
-	return &index.Topology{
-		Local: "east",
-		Keys:  index.DefaultKeys,
-		Locality: map[string]map[string]string{
-			"east":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
-			"west":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
-			"north": {index.ZoneKey: "z2", index.RegionKey: "r1"},
-			"south": {index.ZoneKey: "z9", index.RegionKey: "r9"},
-		},
-	}
-}
-
 func TestTier(t *testing.T) {
-	topo := topology()
+	topo := indextest.Topology()
 	for cluster, want := range map[string]uint8{"east": 0, "west": 1, "north": 2, "south": 3, "unknown": 3} {
 		if got := topo.Tier(cluster); got != want {
 			t.Errorf("Tier(%s) = %d, want %d", cluster, got, want)
@@ -72,7 +59,7 @@ func describe(rs []index.Record) []string {
 }
 
 func TestBuildOrdersByTier(t *testing.T) {
-	svc := topology().Build(foo, scenario())
+	svc := indextest.Topology().Build(foo, scenario())
 	want := []string{
 		"0 east foo-0 10.0.0.3",
 		"0 east foo-1 10.0.0.1",
@@ -101,7 +88,7 @@ func TestBuildOrdersByTier(t *testing.T) {
 }
 
 func TestViews(t *testing.T) {
-	svc := topology().Build(foo, scenario())
+	svc := indextest.Topology().Build(foo, scenario())
 
 	west, ok := svc.Cluster("west")
 	if !ok || !slices.Equal(describe(west.A), []string{"1 west foo-0 10.96.0.20", "1 west foo-1 10.96.0.10"}) || len(west.Targets) != 2 {
@@ -138,7 +125,7 @@ func TestBuildDualStackAndDuplicates(t *testing.T) {
 		// The same endpoint in a second slice, for a moment, not ready there.
 		indextest.Slice("v4-moving", dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1"))),
 	)
-	svc := topology().Build(foo, src)
+	svc := indextest.Topology().Build(foo, src)
 	if len(svc.Records) != 2 {
 		t.Fatalf("got %d records, want 2 (duplicate address merged): %v", len(svc.Records), describe(svc.Records))
 	}
@@ -159,7 +146,7 @@ func TestBuildSkipsAmbiguousMembers(t *testing.T) {
 		indextest.Slice("b", targetPort, indextest.Endpoint("foo-0", "10.96.0.2")))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-east", Cluster: "east", Ports: dbPort},
 		indextest.Slice("c", targetPort, indextest.Endpoint("foo-0", "10.96.0.3")))
-	svc := topology().Build(foo, src)
+	svc := indextest.Topology().Build(foo, src)
 	if got := describe(svc.All().A); !slices.Equal(got, []string{"1 west foo-0 10.96.0.1"}) {
 		t.Errorf("A = %q: want only the first mirror of west, and no mirror claiming east", got)
 	}
@@ -178,7 +165,7 @@ func TestBuildPortMismatch(t *testing.T) {
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
 		indextest.Slice("a", []index.Port{{Name: "db", Port: 1, Protocol: "TCP"}, {Name: "admin", Port: 2, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "10.96.0.1")))
-	svc := topology().Build(foo, src)
+	svc := indextest.Topology().Build(foo, src)
 	if ps := svc.All().Targets[0].Ports; !slices.Equal(ps, dbPort) {
 		t.Errorf("ports %v, want only the Service port matched by name %v", ps, dbPort)
 	}
@@ -189,7 +176,7 @@ func TestBuildPortMismatch(t *testing.T) {
 
 func TestIndexPublishes(t *testing.T) {
 	src := scenario()
-	ix := index.New(topology(), src)
+	ix := index.New(indextest.Topology(), src)
 	var notified []index.Key
 	ix.Subscribe(func(k index.Key) { notified = append(notified, k) })
 

@@ -86,3 +86,18 @@ func Slice(name string, ports []index.Port, eps ...index.Endpoint) *index.Slice 
 	}
 	return &index.Slice{Name: name, Family: fam, Ports: ports, Endpoints: eps}
 }
+
+// Topology is the topology tests share: this cluster is east (zone z1, region r1); west is in the
+// same zone (tier 1), north in the same region (tier 2), south elsewhere (tier 3).
+func Topology() *index.Topology {
+	return &index.Topology{
+		Local: "east",
+		Keys:  index.DefaultKeys,
+		Locality: map[string]map[string]string{
+			"east":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
+			"west":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
+			"north": {index.ZoneKey: "z2", index.RegionKey: "r1"},
+			"south": {index.ZoneKey: "z9", index.RegionKey: "r9"},
+		},
+	}
+}
