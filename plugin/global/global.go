@@ -17,7 +17,6 @@ import (
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
-	"k8s.io/client-go/kubernetes"
 )
 
 var log = telemetry.Log
@@ -33,7 +32,6 @@ type Global struct {
 	startupTimeout   time.Duration
 	nsAddrs          []netip.Addr // the addresses ns1.dns.<zone> answers with
 
-	client  kubernetes.Interface
 	watcher *watch.Watcher
 	index   *index.Index
 

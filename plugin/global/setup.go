@@ -85,7 +85,7 @@ func (cfg *config) build() (*Global, error) {
 	}
 	g := cfg.g
 	g.Zones, g.ttl, g.startupTimeout, g.preferNamespaces = cfg.zones, cfg.ttl, cfg.startupTimeout, cfg.preferNamespaces
-	g.client, g.watcher = client, w
+	g.watcher = w
 	g.index = index.New(&cfg.topology, w)
 	return g, nil
 }

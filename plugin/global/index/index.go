@@ -33,9 +33,6 @@ func (s *Snapshot) HasNamespace(ns string) bool { return s.namespaces[ns] > 0 }
 // Len returns the number of global services.
 func (s *Snapshot) Len() int { return len(s.services) }
 
-// Keys returns every global service's key, in no particular order.
-func (s *Snapshot) Keys() []Key { return slices.Collect(maps.Keys(s.services)) }
-
 // Index maintains the Snapshot. Watch events mark global services dirty with Changed; one
 // publisher rebuilds the dirty ones from the Source and swaps in a new snapshot. Events that arrive
 // while it works are coalesced into the next round.
@@ -61,9 +58,6 @@ func New(topo *Topology, src Source) *Index {
 	ix.snap.Store(&Snapshot{services: map[Key]*Service{}, names: map[string][]string{}, namespaces: map[string]int{}})
 	return ix
 }
-
-// Topology returns the topology the index ranks clusters with.
-func (ix *Index) Topology() *Topology { return ix.topo }
 
 // Snapshot returns the current snapshot.
 func (ix *Index) Snapshot() *Snapshot { return ix.snap.Load() }

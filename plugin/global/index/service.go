@@ -3,6 +3,7 @@ package index
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 )
@@ -70,7 +71,10 @@ func (t *Topology) Build(k Key, src Source) *Service {
 		return nil
 	}
 
-	type hostAddr struct{ cluster, host, addr string }
+	type hostAddr struct {
+		cluster, host string
+		addr          netip.Addr
+	}
 	seen := map[hostAddr]int{}
 	for _, m := range s.Members {
 		cluster, zone := m.Cluster, t.Zone(m.Cluster)
@@ -96,7 +100,7 @@ func (t *Topology) Build(k Key, src Source) *Service {
 					}
 					// The same address may sit in two slices for a moment (slice rebalancing); keep
 					// one record, ready if either copy is.
-					key := hostAddr{cluster, ep.Host, a.String()}
+					key := hostAddr{cluster, ep.Host, a}
 					if i, dup := seen[key]; dup {
 						if r.Ready && !s.Records[i].Ready {
 							s.Records[i] = r
