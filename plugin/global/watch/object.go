@@ -98,10 +98,11 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 	}
 	for i := range es.Endpoints {
 		e := &es.Endpoints[i]
+		ready := deref(e.Conditions.Ready, true) // nil means ready, as in Kubernetes
 		ep := index.Endpoint{
-			// nil conditions mean ready and serving, and not terminating, as in Kubernetes.
-			Ready:       deref(e.Conditions.Ready, true),
-			Serving:     deref(e.Conditions.Serving, true),
+			Ready: ready,
+			// Without a serving condition (the mirroring controller sets none), serving is ready.
+			Serving:     deref(e.Conditions.Serving, ready),
 			Terminating: deref(e.Conditions.Terminating, false),
 			Zone:        deref(e.Zone, ""),
 			NodeName:    deref(e.NodeName, ""),

@@ -119,7 +119,7 @@ func TestConvertSlice(t *testing.T) {
 	}
 	want := []index.Endpoint{
 		{Host: "foo-0", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ready: true, Serving: true, Zone: "z1", NodeName: "n1", Pod: "foo-0"},
-		{Host: "10-0-0-2", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Ready: false, Serving: true, Terminating: true},
+		{Host: "10-0-0-2", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Ready: false, Serving: false, Terminating: true},
 		{Host: "10-0-0-3", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, Ready: true, Serving: true},
 	}
 	if len(s.Endpoints) != len(want) {
