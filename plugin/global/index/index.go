@@ -33,6 +33,9 @@ func (s *Snapshot) HasNamespace(ns string) bool { return s.namespaces[ns] > 0 }
 // Len returns the number of global services.
 func (s *Snapshot) Len() int { return len(s.services) }
 
+// Keys returns every global service's key, in no particular order.
+func (s *Snapshot) Keys() []Key { return slices.Collect(maps.Keys(s.services)) }
+
 // Index maintains the Snapshot. Watch events mark global services dirty with Changed; one
 // publisher rebuilds the dirty ones from the Source and swaps in a new snapshot. Events that arrive
 // while it works are coalesced into the next round.

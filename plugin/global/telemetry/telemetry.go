@@ -47,3 +47,45 @@ var (
 		Help:      "Malformed or surprising Kubernetes objects (or parts of them) skipped or handled specially, by reason.",
 	}, []string{"reason"})
 )
+
+// The EndpointSlice writer's metrics.
+var (
+	// Leader is 1 while this instance holds the writer's Lease.
+	Leader = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "leader",
+		Help:      "1 while this instance holds the EndpointSlice writer's Lease, else 0.",
+	})
+	// EndpointSliceChanges counts API writes of global Services and EndpointSlices.
+	EndpointSliceChanges = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "endpointslice_changes_total",
+		Help:      "API writes of global Services and EndpointSlices, by operation (create, update, delete).",
+	}, []string{"operation"})
+	// WriterSyncs counts reconciliations of one global service, by result.
+	WriterSyncs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "writer_syncs_total",
+		Help:      "Reconciliations of one global service's Service and EndpointSlices, by result (success, error, stale, conflict).",
+	}, []string{"result"})
+	// WriterSyncDuration is how long one reconciliation takes.
+	WriterSyncDuration = promauto.NewHistogram(prometheus.HistogramOpts{
+		Namespace:                   plugin.Namespace,
+		Subsystem:                   Plugin,
+		Name:                        "writer_sync_duration_seconds",
+		Help:                        "Time to reconcile one global service's Service and EndpointSlices.",
+		Buckets:                     []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
+	})
+	// WriterConflicts is the number of global services whose Service or EndpointSlice name is taken
+	// by an object the plugin does not manage.
+	WriterConflicts = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "writer_conflicts",
+		Help:      "Global services whose Service or EndpointSlice name is taken by an object this plugin does not manage.",
+	})
+)

@@ -1,0 +1,257 @@
+package writer
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// What marks the objects the writer manages. Only objects carrying these labels are ever updated
+// or deleted; anything else in the way is reported and left alone.
+const (
+	Domain = "globaldns.io"
+	// LabelService names the global service an object is written for (on the Service and slices).
+	LabelService = Domain + "/global-service"
+	// LabelCluster names the member cluster whose endpoints a slice holds.
+	LabelCluster = Domain + "/source-cluster"
+	// LabelManagedBy and ManagedBy mark the Service (and slices) as ours, the Kubernetes way.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "coredns-global"
+	// ControllerName is our value of endpointslice.kubernetes.io/managed-by.
+	ControllerName = "global." + Domain
+
+	DefaultSuffix       = "-global"
+	DefaultMaxEndpoints = 100
+	MaxEndpointsLimit   = 1000 // the API's limit per slice
+)
+
+// group is the endpoints of one member cluster and address family: each group has its own slices,
+// so a change in one cluster rewrites only that cluster's slices.
+type group struct {
+	cluster string
+	family  discoveryv1.AddressType
+}
+
+// endpoint is one desired endpoint of a slice.
+type endpoint struct {
+	id       string // host and address: what identifies an endpoint across rewrites
+	ep       discoveryv1.Endpoint
+	ports    []discoveryv1.EndpointPort
+	portsKey string // slices hold endpoints with equal ports only
+}
+
+// desiredService returns the headless selector-less Service `<svc><suffix>` for s, with the union
+// by name of its members' ports.
+func desiredService(s *index.Service, name string) *corev1.Service {
+	var ports []corev1.ServicePort
+	for _, m := range s.Members {
+		for _, p := range m.Ports {
+			if !slices.ContainsFunc(ports, func(sp corev1.ServicePort) bool { return sp.Name == p.Name }) {
+				ports = append(ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: corev1.Protocol(p.Protocol), TargetPort: intstr.FromInt32(p.Port)})
+			}
+		}
+	}
+	if len(ports) > 1 {
+		// The API requires names when there are several ports; an unnamed one cannot be listed.
+		ports = slices.DeleteFunc(ports, func(p corev1.ServicePort) bool { return p.Name == "" })
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name, Labels: ownLabels(s.Name)},
+		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: ports},
+	}
+}
+
+func ownLabels(service string) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelService: service}
+}
+
+// desiredEndpoints returns every endpoint of s, ready or not, by group.
+func desiredEndpoints(s *index.Service, local string) map[group][]endpoint {
+	names := hostnames(s.Records)
+	out := map[group][]endpoint{}
+	for i := range s.Records {
+		r := &s.Records[i]
+		g := group{r.Cluster, discoveryv1.AddressTypeIPv4}
+		if r.Family() == index.IPv6 {
+			g.family = discoveryv1.AddressTypeIPv6
+		}
+		hn := names[clusterHost{r.Cluster, r.Host}]
+		e := endpoint{
+			id: hn + "/" + r.Addr.String(),
+			ep: discoveryv1.Endpoint{
+				Addresses:  []string{r.Addr.String()},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r.Ready), Serving: ptr.To(r.Serving), Terminating: ptr.To(r.Terminating)},
+				Hostname:   ptr.To(hn),
+				Zone:       nonEmpty(r.Zone),
+			},
+		}
+		// Node and pod only exist in this cluster.
+		if r.Cluster == local {
+			e.ep.NodeName = nonEmpty(r.NodeName)
+			if r.Pod != "" {
+				e.ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: r.Pod}
+			}
+		}
+		e.ports, e.portsKey = slicePorts(r.Ports)
+		out[g] = append(out[g], e)
+	}
+	return out
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return ptr.To(s)
+}
+
+// slicePorts converts ports as the API stores them (name and protocol always set) and returns a
+// key that is equal for equal port lists.
+func slicePorts(ps []index.Port) ([]discoveryv1.EndpointPort, string) {
+	out := make([]discoveryv1.EndpointPort, len(ps))
+	var key strings.Builder
+	for i, p := range ps {
+		out[i] = discoveryv1.EndpointPort{Name: ptr.To(p.Name), Port: ptr.To(p.Port), Protocol: ptr.To(corev1.Protocol(p.Protocol))}
+		fmt.Fprintf(&key, "%s/%d/%s,", p.Name, p.Port, p.Protocol)
+	}
+	return out, key.String()
+}
+
+type clusterHost struct{ cluster, host string }
+
+// hostnames gives every (cluster, host) the endpoint hostname <host>-<cluster>: a DNS label, unique
+// within the service, the same on every run. A name that is too long, or that two endpoints would
+// share (foo-0 in a-b and foo-0-a in b), is shortened and suffixed with a hash of its origin.
+func hostnames(rs []index.Record) map[clusterHost]string {
+	count := map[string]int{}
+	names := map[clusterHost]string{}
+	for _, r := range rs {
+		k := clusterHost{r.Cluster, r.Host}
+		if _, ok := names[k]; !ok {
+			n := r.Host + "-" + r.Cluster
+			names[k] = n
+			count[n]++
+		}
+	}
+	for k, n := range names {
+		if len(n) > 63 || count[n] > 1 {
+			names[k] = hashed(n, k.cluster+"/"+k.host, 63)
+		}
+	}
+	return names
+}
+
+// hashed shortens name to at most limit bytes, ending in a hash of origin.
+func hashed(name, origin string, limit int) string {
+	h := fnv.New32a()
+	h.Write([]byte(origin))
+	suffix := fmt.Sprintf("-%08x", h.Sum32())
+	if len(name) > limit-len(suffix) {
+		name = name[:limit-len(suffix)]
+	}
+	return strings.TrimRight(name, "-.") + suffix
+}
+
+// sliceName is the name of slice i of group g of Service svc: deterministic, so two writers that
+// overlap for a moment write the same objects.
+func sliceName(svc string, g group, i int) string {
+	fam := "ipv4"
+	if g.family == discoveryv1.AddressTypeIPv6 {
+		fam = "ipv6"
+	}
+	prefix := svc + "-" + g.cluster + "-" + fam
+	if len(prefix) > 240 { // names are DNS subdomains of at most 253 bytes
+		prefix = hashed(prefix, prefix, 240)
+	}
+	return prefix + "-" + strconv.Itoa(i)
+}
+
+// sliceIndex returns i when name is sliceName(svc, g, i).
+func sliceIndex(name, svc string, g group) (int, bool) {
+	prefix := strings.TrimSuffix(sliceName(svc, g, 0), "0")
+	i, err := strconv.Atoi(strings.TrimPrefix(name, prefix))
+	if err != nil || !strings.HasPrefix(name, prefix) || i < 0 || sliceName(svc, g, i) != name {
+		return 0, false
+	}
+	return i, true
+}
+
+// placed is one desired slice: its index in the group and its endpoints.
+type placed struct {
+	index     int
+	ports     []discoveryv1.EndpointPort
+	portsKey  string
+	endpoints []discoveryv1.Endpoint
+}
+
+// place assigns want to slices the way Kubernetes' EndpointSlice reconcilers do, so that a change
+// touches as few slices as possible: an endpoint stays in the slice that holds it (updated in
+// place); new endpoints fill slices with room, lowest index first; then new slices. current maps
+// the index of each existing slice of the group to the ids of its endpoints, in order.
+func place(want []endpoint, current map[int][]string, currentPorts map[int]string, max int) []placed {
+	byID := make(map[string]*endpoint, len(want))
+	for i := range want {
+		byID[want[i].id] = &want[i]
+	}
+	var out []placed
+	indexes := slices.Sorted(func(yield func(int) bool) {
+		for i := range current {
+			if !yield(i) {
+				return
+			}
+		}
+	})
+	for _, i := range indexes {
+		p := placed{index: i, portsKey: currentPorts[i]}
+		for _, id := range current[i] {
+			if e, ok := byID[id]; ok && e.portsKey == p.portsKey && len(p.endpoints) < max {
+				p.ports = e.ports
+				p.endpoints = append(p.endpoints, e.ep)
+				delete(byID, id)
+			}
+		}
+		out = append(out, p)
+	}
+
+	rest := make([]*endpoint, 0, len(byID))
+	for _, e := range byID {
+		rest = append(rest, e)
+	}
+	slices.SortFunc(rest, func(a, b *endpoint) int {
+		return cmp.Or(cmp.Compare(a.portsKey, b.portsKey), cmp.Compare(a.id, b.id))
+	})
+	for _, e := range rest {
+		i := slices.IndexFunc(out, func(p placed) bool { return p.portsKey == e.portsKey && len(p.endpoints) < max })
+		if i < 0 {
+			// A slice emptied by this change is reused (its ports change in place) before a new one.
+			i = slices.IndexFunc(out, func(p placed) bool { return len(p.endpoints) == 0 })
+		}
+		if i < 0 {
+			out = append(out, placed{index: nextFree(out)})
+			i = len(out) - 1
+		}
+		out[i].portsKey, out[i].ports = e.portsKey, e.ports
+		out[i].endpoints = append(out[i].endpoints, e.ep)
+	}
+	// Empty slices are deleted: drop them from the desired set.
+	return slices.DeleteFunc(out, func(p placed) bool { return len(p.endpoints) == 0 })
+}
+
+func nextFree(ps []placed) int {
+	for i := 0; ; i++ {
+		if !slices.ContainsFunc(ps, func(p placed) bool { return p.index == i }) {
+			return i
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package writer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/index/indextest"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+)
+
+func TestHostnames(t *testing.T) {
+	long := strings.Repeat("x", 60)
+	rs := []index.Record{
+		{Cluster: "west", Host: "foo-0"},
+		{Cluster: "west", Host: "foo-0"}, // the same endpoint's second address
+		{Cluster: "a-b", Host: "foo-0"},  // foo-0-a-b ...
+		{Cluster: "b", Host: "foo-0-a"},  // ... and foo-0-a-b again
+		{Cluster: "east", Host: long},
+	}
+	names := hostnames(rs)
+	if got := names[clusterHost{"west", "foo-0"}]; got != "foo-0-west" {
+		t.Errorf("plain name %q", got)
+	}
+	seen := map[string]bool{}
+	for k, n := range names {
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			t.Errorf("%v: %q is not a DNS label: %v", k, n, errs)
+		}
+		if seen[n] {
+			t.Errorf("%q given twice", n)
+		}
+		seen[n] = true
+	}
+	if a, b := names[clusterHost{"a-b", "foo-0"}], names[clusterHost{"b", "foo-0-a"}]; a == "foo-0-a-b" || b == "foo-0-a-b" {
+		t.Errorf("colliding names not disambiguated: %q %q", a, b)
+	}
+	if again := hostnames(rs); fmt.Sprint(again) != fmt.Sprint(names) {
+		t.Errorf("not deterministic: %v vs %v", again, names)
+	}
+}
+
+func TestSliceNames(t *testing.T) {
+	for _, g := range []group{{"west", discoveryv1.AddressTypeIPv4}, {"west", discoveryv1.AddressTypeIPv6}, {strings.Repeat("c", 63), discoveryv1.AddressTypeIPv4}} {
+		svc := "foo-global"
+		for _, i := range []int{0, 7, 12} {
+			n := sliceName(svc, g, i)
+			if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
+				t.Errorf("%q: %v", n, errs)
+			}
+			if got, ok := sliceIndex(n, svc, g); !ok || got != i {
+				t.Errorf("sliceIndex(%q) = %d, %v; want %d", n, got, ok, i)
+			}
+		}
+	}
+	if n := sliceName("foo-global", group{"west", discoveryv1.AddressTypeIPv4}, 2); n != "foo-global-west-ipv4-2" {
+		t.Errorf("name %q", n)
+	}
+	for _, bad := range []string{"foo-global-west-ipv4-", "foo-global-west-ipv4-x", "foo-global-west-ipv6-1", "foo-global-west-ipv4-01", "bar-west-ipv4-1"} {
+		if _, ok := sliceIndex(bad, "foo-global", group{"west", discoveryv1.AddressTypeIPv4}); ok {
+			t.Errorf("sliceIndex(%q) accepted", bad)
+		}
+	}
+}
+
+func endpoints(n int, ports string) []endpoint {
+	out := make([]endpoint, n)
+	for i := range out {
+		id := fmt.Sprintf("h%03d/10.0.0.%d", i, i)
+		out[i] = endpoint{id: id, ep: discoveryv1.Endpoint{Addresses: []string{id}}, portsKey: ports}
+	}
+	return out
+}
+
+func ids(ps []placed) map[int][]string {
+	out := map[int][]string{}
+	for _, p := range ps {
+		for _, e := range p.endpoints {
+			out[p.index] = append(out[p.index], e.Addresses[0])
+		}
+	}
+	return out
+}
+
+func TestPlace(t *testing.T) {
+	want := endpoints(250, "p")
+	first := place(want, nil, nil, 100)
+	if len(first) != 3 || len(first[0].endpoints) != 100 || len(first[2].endpoints) != 50 {
+		t.Fatalf("250 endpoints: %d slices", len(first))
+	}
+	current, ports := ids(first), map[int]string{0: "p", 1: "p", 2: "p"}
+
+	// Nothing changed: the same slices, the same order.
+	if again := ids(place(want, current, ports, 100)); fmt.Sprint(again) != fmt.Sprint(current) {
+		t.Error("no change moved endpoints")
+	}
+
+	// One endpoint goes, one comes: only the slices holding them change.
+	changed := append(slices.Clone(want[:150]), want[151:]...)
+	changed = append(changed, endpoint{id: "new/10.1.0.1", ep: discoveryv1.Endpoint{Addresses: []string{"new/10.1.0.1"}}, portsKey: "p"})
+	after := ids(place(changed, current, ports, 100))
+	if fmt.Sprint(after[0]) != fmt.Sprint(current[0]) {
+		t.Error("slice 0 changed though none of its endpoints did")
+	}
+	if len(after[1]) != 100 || slices.Contains(after[1], want[150].id) || !slices.Contains(after[1], "new/10.1.0.1") {
+		t.Errorf("slice 1 should lose h150 and take the new endpoint: %v", after[1])
+	}
+	if fmt.Sprint(after[2]) != fmt.Sprint(current[2]) {
+		t.Error("slice 2 changed")
+	}
+
+	// Endpoints with other ports get slices of their own; an emptied slice is reused in place.
+	other := endpoints(3, "q")
+	mixed := append(slices.Clone(want[:100]), other...)
+	res := place(mixed, current, ports, 100)
+	byIndex := map[int]placed{}
+	for _, p := range res {
+		byIndex[p.index] = p
+	}
+	if len(res) != 2 || byIndex[0].portsKey != "p" || byIndex[1].portsKey != "q" || len(byIndex[1].endpoints) != 3 {
+		t.Errorf("mixed ports: %+v", res)
+	}
+}
+
+func TestDesired(t *testing.T) {
+	src := indextest.New()
+	k := index.Key{Namespace: "db", Name: "foo"}
+	local := indextest.Endpoint("foo-0", "10.0.0.1")
+	local.Zone, local.NodeName, local.Pod = "z1", "node-a", "foo-0"
+	src.Add(k, &index.Member{Namespace: "db", Name: "foo", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "admin", Port: 8080, Protocol: "TCP"}}},
+		indextest.Slice("l", []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, local))
+	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"}}},
+		indextest.Slice("w", []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
+	s := indextest.Topology().Build(k, src)
+
+	svc := desiredService(s, "foo-global")
+	var ports []string
+	for _, p := range svc.Spec.Ports {
+		ports = append(ports, fmt.Sprintf("%s:%d>%s", p.Name, p.Port, p.TargetPort.String()))
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector != nil || !slices.Equal(ports, []string{"db:5432>5432", "admin:8080>8080", "metrics:9000>9000"}) {
+		t.Errorf("service %+v ports %v", svc.Spec, ports)
+	}
+	if svc.Labels[LabelManagedBy] != ManagedBy || svc.Labels[LabelService] != "foo" {
+		t.Errorf("labels %v", svc.Labels)
+	}
+
+	eps := desiredEndpoints(s, "east")
+	east := eps[group{"east", discoveryv1.AddressTypeIPv4}]
+	west := eps[group{"west", discoveryv1.AddressTypeIPv4}]
+	if len(east) != 1 || len(west) != 1 || len(eps) != 2 {
+		t.Fatalf("groups %v", eps)
+	}
+	e := east[0].ep
+	if *e.Hostname != "foo-0-east" || *e.Zone != "z1" || *e.NodeName != "node-a" || e.TargetRef == nil || e.TargetRef.Name != "foo-0" || !*e.Conditions.Ready {
+		t.Errorf("local endpoint %+v", e)
+	}
+	if p := east[0].ports; len(p) != 1 || *p[0].Port != 15432 {
+		t.Errorf("local slice ports %v: want the pods' port", p)
+	}
+	w := west[0].ep
+	if *w.Hostname != "foo-0-west" || w.Zone == nil || *w.Zone != "z1" || w.NodeName != nil || w.TargetRef != nil || *w.Conditions.Ready {
+		t.Errorf("mirrored endpoint %+v (zone: west's locality; no node or pod; not ready)", w)
+	}
+	if p := west[0].ports; len(p) != 1 || *p[0].Port != 5432 || *p[0].Name != "db" || ptr.Deref(p[0].Protocol, "") != corev1.ProtocolTCP {
+		t.Errorf("mirror slice ports %v: want the mirror Service's port", p)
+	}
+}

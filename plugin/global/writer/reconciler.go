@@ -1,0 +1,318 @@
+package writer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+var (
+	// errStale: the cache does not show our own last write yet; try again shortly.
+	errStale = errors.New("cache is stale")
+	// errConflict: an object we do not manage holds one of our names; it is left alone.
+	errConflict = errors.New("name taken by an object not managed by " + ManagedBy)
+)
+
+// reconciler writes one global service's Service and EndpointSlices from the index, the way
+// Kubernetes' EndpointSliceMirroring reconciler does: from the full desired state, comparing
+// with the cached state, writing nothing when they agree and as little as possible otherwise.
+type reconciler struct {
+	cfg       Config
+	client    kubernetes.Interface
+	store     *store
+	tracker   *tracker
+	conflicts *conflicts
+}
+
+// existing is what the cache holds for one global service.
+type existing struct {
+	service *corev1.Service
+	slices  []*discoveryv1.EndpointSlice
+}
+
+// sync makes the API hold what the index says about k (nil s: nothing).
+func (r *reconciler) sync(ctx context.Context, k index.Key, s *index.Service) error {
+	name := k.Name + r.cfg.Suffix
+	cur := r.store.get(k.Namespace, name)
+	if r.tracker.stale(k.Namespace, name, cur.slices) {
+		return errStale
+	}
+	if s == nil {
+		r.conflicts.clear(k)
+		return r.deleteAll(ctx, cur)
+	}
+	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+		return r.conflicts.report(k, nil, fmt.Sprintf("cannot write Service %s/%s: %v", k.Namespace, name, errs))
+	}
+	svc, err := r.syncService(ctx, k, desiredService(s, name), cur.service)
+	if err != nil {
+		return err
+	}
+	if err := r.syncSlices(ctx, k, s, svc, cur.slices); err != nil {
+		return err
+	}
+	r.conflicts.clear(k)
+	return nil
+}
+
+func (r *reconciler) deleteAll(ctx context.Context, cur existing) error {
+	var errs []error
+	for _, es := range cur.slices {
+		errs = append(errs, r.deleteSlice(ctx, es))
+	}
+	if cur.service != nil {
+		// Deleting the Service also garbage-collects its slices; deleting them first makes the
+		// result independent of the garbage collector's pace.
+		err := r.client.CoreV1().Services(cur.service.Namespace).Delete(ctx, cur.service.Name, preconditions(&cur.service.ObjectMeta))
+		errs = append(errs, r.counted("delete", ignoreNotFound(err)))
+	}
+	return errors.Join(errs...)
+}
+
+// syncService creates or updates our Service; it returns the Service the slices belong to.
+func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *corev1.Service) (*corev1.Service, error) {
+	api := r.client.CoreV1().Services(want.Namespace)
+	if have == nil {
+		created, err := api.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil, r.alreadyExists(ctx, k, func() (metav1.Object, error) {
+				return api.Get(ctx, want.Name, metav1.GetOptions{})
+			})
+		}
+		return created, r.counted("create", err)
+	}
+	if serviceUpToDate(have, want) {
+		return have, nil
+	}
+	upd := have.DeepCopy()
+	maps.Copy(upd.Labels, want.Labels)
+	upd.Spec.Ports = want.Spec.Ports
+	updated, err := api.Update(ctx, upd, metav1.UpdateOptions{})
+	return updated, r.counted("update", err)
+}
+
+// alreadyExists tells apart a create that lost to our own cache lag (stale) from a name taken by
+// someone else's object (a conflict, left alone).
+func (r *reconciler) alreadyExists(ctx context.Context, k index.Key, get func() (metav1.Object, error)) error {
+	obj, err := get()
+	if err != nil {
+		return err
+	}
+	if owned(obj.GetLabels()) {
+		return errStale
+	}
+	return r.conflicts.report(k, obj, fmt.Sprintf("%s/%s exists and is not managed by %s: left alone", obj.GetNamespace(), obj.GetName(), ManagedBy))
+}
+
+func owned(l map[string]string) bool { return l[LabelManagedBy] == ManagedBy }
+
+func serviceUpToDate(have, want *corev1.Service) bool {
+	for k, v := range want.Labels {
+		if have.Labels[k] != v {
+			return false
+		}
+	}
+	if len(have.Spec.Ports) != len(want.Spec.Ports) {
+		return false
+	}
+	for i, p := range want.Spec.Ports {
+		h := have.Spec.Ports[i]
+		if h.Name != p.Name || h.Port != p.Port || h.Protocol != p.Protocol || h.TargetPort != p.TargetPort {
+			return false
+		}
+	}
+	return true
+}
+
+// syncSlices writes the slices of every group: creates and updates first, deletions last, so an
+// endpoint moving between slices is never missing.
+func (r *reconciler) syncSlices(ctx context.Context, k index.Key, s *index.Service, svc *corev1.Service, have []*discoveryv1.EndpointSlice) error {
+	want := desiredEndpoints(s, r.cfg.LocalCluster)
+	byGroup := map[group]map[int]*discoveryv1.EndpointSlice{}
+	var obsolete []*discoveryv1.EndpointSlice
+	for _, es := range have {
+		g := group{es.Labels[LabelCluster], es.AddressType}
+		i, ok := sliceIndex(es.Name, svc.Name, g)
+		if !ok {
+			obsolete = append(obsolete, es)
+			continue
+		}
+		if byGroup[g] == nil {
+			byGroup[g] = map[int]*discoveryv1.EndpointSlice{}
+		}
+		byGroup[g][i] = es
+	}
+	groups := slices.Collect(maps.Keys(want))
+	for g := range byGroup {
+		if _, ok := want[g]; !ok {
+			groups = append(groups, g)
+		}
+	}
+	slices.SortFunc(groups, func(a, b group) int {
+		return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.family, b.family))
+	})
+
+	var errs []error
+	for _, g := range groups {
+		cur := byGroup[g]
+		ids, portsKeys := map[int][]string{}, map[int]string{}
+		for i, es := range cur {
+			ids[i], portsKeys[i] = endpointIDs(es), portsKey(es.Ports)
+		}
+		for _, p := range place(want[g], ids, portsKeys, r.cfg.MaxEndpoints) {
+			desired := r.slice(k, svc, g, p)
+			if have, ok := cur[p.index]; ok {
+				delete(cur, p.index)
+				errs = append(errs, r.updateSlice(ctx, have, desired))
+			} else {
+				errs = append(errs, r.createSlice(ctx, k, desired))
+			}
+		}
+		for _, es := range cur {
+			obsolete = append(obsolete, es)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, es := range obsolete {
+		errs = append(errs, r.deleteSlice(ctx, es))
+	}
+	return errors.Join(errs...)
+}
+
+// slice builds desired slice p of group g.
+func (r *reconciler) slice(k index.Key, svc *corev1.Service, g group, p placed) *discoveryv1.EndpointSlice {
+	labels := ownLabels(k.Name)
+	labels[discoveryv1.LabelServiceName] = svc.Name
+	labels[discoveryv1.LabelManagedBy] = ControllerName
+	labels[LabelCluster] = g.cluster
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       svc.Namespace,
+			Name:            sliceName(svc.Name, g, p.index),
+			Labels:          labels,
+			// The Service controls its slices (the garbage collector deletes them with it). No
+			// blockOwnerDeletion: it would need update rights on services/finalizers on clusters
+			// that enforce owner-reference permissions, and nothing waits on it.
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true)}},
+		},
+		AddressType: g.family,
+		Endpoints:   p.endpoints,
+		Ports:       p.ports,
+	}
+}
+
+func (r *reconciler) createSlice(ctx context.Context, k index.Key, want *discoveryv1.EndpointSlice) error {
+	api := r.client.DiscoveryV1().EndpointSlices(want.Namespace)
+	created, err := api.Create(ctx, want, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return r.alreadyExists(ctx, k, func() (metav1.Object, error) {
+			return api.Get(ctx, want.Name, metav1.GetOptions{})
+		})
+	}
+	if err == nil {
+		r.tracker.wrote(created)
+	}
+	return r.counted("create", err)
+}
+
+// updateSlice writes want over have when they differ, with have's resourceVersion: a concurrent
+// writer's change makes it fail (and retry from fresh state) instead of being overwritten.
+func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.EndpointSlice) error {
+	if sliceUpToDate(have, want) {
+		return nil
+	}
+	upd := have.DeepCopy()
+	maps.Copy(upd.Labels, want.Labels)
+	upd.OwnerReferences = want.OwnerReferences
+	upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
+	updated, err := r.client.DiscoveryV1().EndpointSlices(have.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+	if err == nil {
+		r.tracker.wrote(updated)
+	}
+	return r.counted("update", err)
+}
+
+func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSlice) error {
+	err := ignoreNotFound(r.client.DiscoveryV1().EndpointSlices(es.Namespace).Delete(ctx, es.Name, preconditions(&es.ObjectMeta)))
+	if err == nil {
+		r.tracker.deleted(es)
+	}
+	return r.counted("delete", err)
+}
+
+// preconditions make a delete apply only to the object we looked at, never to a newer one.
+func preconditions(m *metav1.ObjectMeta) metav1.DeleteOptions {
+	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID, ResourceVersion: &m.ResourceVersion}}
+}
+
+func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
+	for k, v := range want.Labels {
+		if have.Labels[k] != v {
+			return false
+		}
+	}
+	return apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
+		apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports) &&
+		apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints)
+}
+
+// normalPorts applies the API's defaults (empty name, TCP) so stored and desired ports compare.
+func normalPorts(ps []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
+	out := make([]discoveryv1.EndpointPort, len(ps))
+	for i, p := range ps {
+		out[i] = discoveryv1.EndpointPort{Name: ptr.To(ptr.Deref(p.Name, "")), Port: p.Port, Protocol: ptr.To(ptr.Deref(p.Protocol, corev1.ProtocolTCP)), AppProtocol: p.AppProtocol}
+	}
+	return out
+}
+
+func portsKey(ps []discoveryv1.EndpointPort) string {
+	ip := make([]index.Port, 0, len(ps))
+	for _, p := range normalPorts(ps) {
+		ip = append(ip, index.Port{Name: *p.Name, Port: ptr.Deref(p.Port, 0), Protocol: string(*p.Protocol)})
+	}
+	_, key := slicePorts(ip)
+	return key
+}
+
+// endpointIDs returns the ids (hostname/address) of a stored slice's endpoints, in order.
+func endpointIDs(es *discoveryv1.EndpointSlice) []string {
+	out := make([]string, 0, len(es.Endpoints))
+	for _, e := range es.Endpoints {
+		if len(e.Addresses) > 0 {
+			out = append(out, ptr.Deref(e.Hostname, "")+"/"+e.Addresses[0])
+		}
+	}
+	return out
+}
+
+// counted records a successful write in the changes metric and passes err on.
+func (r *reconciler) counted(op string, err error) error {
+	if err == nil {
+		telemetry.EndpointSliceChanges.WithLabelValues(op).Inc()
+	}
+	return err
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,202 @@
+// Package writer writes, for every global service, a headless Service `<svc>-global` and
+// EndpointSlices with the union of its members, so that clients reading EndpointSlices (Linkerd's
+// destination service, gateways, ...) see what DNS answers. It reads the same index as DNS. One
+// replica writes at a time: Run is one leadership term (see Campaign).
+package writer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Config is what the Corefile says about writing.
+type Config struct {
+	Suffix       string // the written Service is <svc><Suffix>
+	MaxEndpoints int    // per EndpointSlice
+	LocalCluster string // this cluster's name: its endpoints get nodeName and targetRef
+	Workers      int
+}
+
+// conflictRecheck is how often a global service blocked by someone else's object is looked at
+// again: the object may go away, and nothing we watch would tell us.
+const conflictRecheck = time.Minute
+
+// Writer keeps the written objects in line with the index.
+type Writer struct {
+	cfg   Config
+	index *index.Index
+	store *store
+	rec   *reconciler
+	bcast record.EventBroadcaster
+
+	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[index.Key]] // of the current term
+
+	mu     sync.Mutex
+	closed bool
+	terms  sync.WaitGroup
+	stop   context.CancelFunc // ends the current term
+}
+
+// New returns a Writer for ix; it subscribes to ix, so call it before ix runs.
+func New(client kubernetes.Interface, ix *index.Index, namespaces []string, cfg Config) *Writer {
+	bcast := record.NewBroadcaster()
+	st := newStore(client, namespaces)
+	w := &Writer{
+		cfg: cfg, index: ix, store: st, bcast: bcast,
+		rec: &reconciler{cfg: cfg, client: client, store: st, tracker: newTracker(), conflicts: &conflicts{
+			active: map[index.Key]string{},
+			events: bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ManagedBy}),
+		}},
+	}
+	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	ix.Subscribe(w.enqueue)
+	for _, sc := range st.scopes {
+		sc.services.AddEventHandler(w.echoes(nil))
+		sc.slices.AddEventHandler(w.echoes(w.rec.tracker))
+	}
+	return w
+}
+
+// Start runs the informers on our objects until ctx is done, leader or not, so a new leader
+// starts with a warm cache.
+func (w *Writer) Start(ctx context.Context) {
+	for _, f := range w.store.factories {
+		f.Start(ctx.Done())
+	}
+	go func() {
+		<-ctx.Done()
+		for _, f := range w.store.factories {
+			f.Shutdown()
+		}
+		w.bcast.Shutdown()
+	}()
+}
+
+func (w *Writer) enqueue(k index.Key) {
+	if q := w.queue.Load(); q != nil {
+		(*q).Add(k)
+	}
+}
+
+// echoes enqueues the global service of any change to our objects: someone else's edit or
+// deletion is repaired; our own writes' echoes find nothing to do.
+func (w *Writer) echoes(t *tracker) cache.ResourceEventHandler {
+	on := func(obj any, gone bool) {
+		if t != nil {
+			t.observe(obj, gone)
+		}
+		if k, ok := keyOf(obj); ok {
+			w.enqueue(k)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { on(obj, false) },
+		UpdateFunc: func(_, obj any) { on(obj, false) },
+		DeleteFunc: func(obj any) { on(obj, true) },
+	}
+}
+
+// Run is one leadership term: it reconciles every global service, then every change, until ctx
+// is done or Close is called, and returns once no write is in flight.
+func (w *Writer) Run(ctx context.Context) {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	ctx, w.stop = context.WithCancel(ctx)
+	w.terms.Add(1)
+	w.mu.Unlock()
+	defer w.terms.Done()
+
+	synced := []cache.InformerSynced{func() bool { return w.index.Ready() }}
+	for _, sc := range w.store.scopes {
+		synced = append(synced, sc.services.HasSynced, sc.slices.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[index.Key](),
+		workqueue.TypedRateLimitingQueueConfig[index.Key]{Name: telemetry.Plugin})
+	w.queue.Store(&q)
+	defer w.queue.Store(nil)
+	// Every term starts from the full state: anything may have changed while another replica
+	// wrote, or none did. Objects whose global service is gone are found through the store.
+	for _, k := range w.index.Snapshot().Keys() {
+		q.Add(k)
+	}
+	for _, k := range w.store.keys() {
+		q.Add(k)
+	}
+
+	var workers sync.WaitGroup
+	for range max(w.cfg.Workers, 1) {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for w.process(ctx, q) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	q.ShutDown()
+	workers.Wait()
+}
+
+// Close ends the current term and waits for it; no term starts afterwards. Call it before
+// releasing the lease, so that no write happens once another replica may lead.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	w.closed = true
+	if w.stop != nil {
+		w.stop()
+	}
+	w.mu.Unlock()
+	w.terms.Wait()
+}
+
+func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInterface[index.Key]) bool {
+	k, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(k)
+
+	start := time.Now()
+	err := w.rec.sync(ctx, k, w.index.Snapshot().Service(k))
+	telemetry.WriterSyncDuration.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		telemetry.WriterSyncs.WithLabelValues("success").Inc()
+		q.Forget(k)
+	case errors.Is(err, errStale):
+		telemetry.WriterSyncs.WithLabelValues("stale").Inc()
+		q.AddRateLimited(k)
+	case errors.Is(err, errConflict):
+		telemetry.WriterSyncs.WithLabelValues("conflict").Inc()
+		q.Forget(k)
+		q.AddAfter(k, conflictRecheck)
+	default:
+		telemetry.WriterSyncs.WithLabelValues("error").Inc()
+		if ctx.Err() == nil {
+			telemetry.Log.Warningf("writer: %s: %v", k, err)
+		}
+		q.AddRateLimited(k)
+	}
+	return true
+}
