@@ -14,9 +14,11 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
+	"github.com/globaldns/global/plugin/global/writer"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
+	"k8s.io/client-go/kubernetes"
 )
 
 var log = telemetry.Log
@@ -35,8 +37,14 @@ type Global struct {
 	watcher *watch.Watcher
 	index   *index.Index
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// The EndpointSlice writer, nil with `endpointslices off`, and the Lease that gates it.
+	writer         *writer.Writer
+	election       writer.Election
+	electionClient kubernetes.Interface
+
+	cancel   context.CancelFunc // stops the watcher, the index and the writer's informers
+	campaign context.CancelFunc // ends the campaign for the lease, releasing it
+	wg       sync.WaitGroup
 }
 
 // Name implements plugin.Handler.
@@ -58,6 +66,16 @@ func (g *Global) OnStartup() error {
 			log.Errorf("watch: %v", err)
 		}
 	}()
+	if g.writer != nil {
+		g.writer.Start(ctx)
+		var campaign context.Context
+		campaign, g.campaign = context.WithCancel(ctx)
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			writer.Campaign(campaign, g.electionClient, g.election, writer.Identity(), g.writer.Run)
+		}()
+	}
 
 	deadline := time.NewTimer(g.startupTimeout)
 	defer deadline.Stop()
@@ -81,6 +99,11 @@ func (g *Global) OnStartup() error {
 // OnShutdown stops the watcher and the publisher and waits for them: on a Corefile reload the
 // next instance is already running its own.
 func (g *Global) OnShutdown() error {
+	if g.writer != nil {
+		// Stop writing before the lease is released: the next leader may start at once.
+		g.writer.Close()
+		g.campaign()
+	}
 	if g.cancel != nil {
 		g.cancel()
 		g.wg.Wait()

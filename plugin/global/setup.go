@@ -13,6 +13,7 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
+	"github.com/globaldns/global/plugin/global/writer"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 )
 
 func init() { plugin.Register(telemetry.Plugin, setup) }
@@ -34,6 +36,10 @@ const (
 	defaultTTL            = 5
 	defaultStartupTimeout = 5 * time.Second
 	maxTopologyKeys       = 16
+	// API client rate: the writer's first sync of a large mesh is thousands of writes.
+	defaultQPS    = 50
+	defaultBurst  = 100
+	writerWorkers = 4
 )
 
 // config is what the Corefile says, before anything talks to the API.
@@ -47,6 +53,11 @@ type config struct {
 	startupTimeout   time.Duration
 	preferNamespaces []string
 	exportSelector   string
+	apiQPS           float32
+	apiBurst         int
+	write            bool // endpointslices on
+	writer           writer.Config
+	election         writer.Election
 	g                *Global // the fields parse fills directly (Fall)
 }
 
@@ -75,6 +86,7 @@ func (cfg *config) build() (*Global, error) {
 	if err != nil {
 		return nil, err
 	}
+	rc.QPS, rc.Burst = cfg.apiQPS, cfg.apiBurst
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -87,6 +99,18 @@ func (cfg *config) build() (*Global, error) {
 	g.Zones, g.ttl, g.startupTimeout, g.preferNamespaces = cfg.zones, cfg.ttl, cfg.startupTimeout, cfg.preferNamespaces
 	g.watcher = w
 	g.index = index.New(&cfg.topology, w)
+	if cfg.write {
+		// The lease has a client of its own whose requests time out: a renewal or release that
+		// hangs must not keep a replica that lost the lease writing.
+		erc := rest.CopyConfig(rc)
+		erc.Timeout = cfg.election.RetryPeriod
+		if g.electionClient, err = kubernetes.NewForConfig(erc); err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		cfg.writer.LocalCluster = cfg.topology.Local
+		g.writer = writer.New(client, g.index, cfg.namespaces, cfg.writer)
+		g.election = cfg.election
+	}
 	return g, nil
 }
 
@@ -138,7 +162,15 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 		ttl:            defaultTTL,
 		startupTimeout: defaultStartupTimeout,
 		exportSelector: watch.DefaultExportSelector,
-		g:              &Global{},
+		apiQPS:         defaultQPS,
+		apiBurst:       defaultBurst,
+		write:          true,
+		writer:         writer.Config{Suffix: writer.DefaultSuffix, MaxEndpoints: writer.DefaultMaxEndpoints, Workers: writerWorkers},
+		election: writer.Election{
+			Namespace: writer.DefaultLeaseNamespace(), Name: writer.DefaultLeaseName,
+			Duration: writer.DefaultLeaseDuration, RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
+		},
+		g: &Global{},
 	}
 	for _, z := range cfg.zones {
 		if !validZone(z) {
@@ -204,12 +236,84 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			if _, perr := labels.Parse(cfg.exportSelector); perr != nil {
 				return nil, c.Errf("export_selector %q: %v", cfg.exportSelector, perr)
 			}
+		case "endpointslices":
+			switch {
+			case len(args) == 0, len(args) == 1 && args[0] == "on":
+				cfg.write = true
+			case len(args) == 1 && args[0] == "off":
+				cfg.write = false
+			default:
+				return nil, c.Errf("endpointslices takes on or off, not %q", strings.Join(args, " "))
+			}
+		case "endpointslice_size":
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			n, aerr := strconv.Atoi(args[0])
+			if aerr != nil || n < 1 || n > writer.MaxEndpointsLimit {
+				return nil, c.Errf("endpointslice_size must be an integer in [1, %d], not %q", writer.MaxEndpointsLimit, args[0])
+			}
+			cfg.writer.MaxEndpoints = n
+		case "service_suffix":
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			if errs := validation.IsDNS1035Label("a" + args[0]); len(errs) > 0 || args[0] == "" {
+				return nil, c.Errf("service_suffix %q cannot end a Service name: %s", args[0], strings.Join(errs, "; "))
+			}
+			cfg.writer.Suffix = args[0]
+		case "lease":
+			if len(args) != 2 {
+				return nil, c.ArgErr()
+			}
+			if err = dnsLabel(c, "lease namespace", args[0]); err == nil {
+				if errs := validation.IsDNS1123Subdomain(args[1]); len(errs) > 0 {
+					return nil, c.Errf("lease name %q: %s", args[1], strings.Join(errs, "; "))
+				}
+				cfg.election.Namespace, cfg.election.Name = args[0], args[1]
+			}
+		case "lease_duration", "lease_renew_deadline", "lease_retry_period":
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			d, derr := time.ParseDuration(args[0])
+			if derr != nil || d <= 0 {
+				return nil, c.Errf("%s must be a positive duration, not %q", opt, args[0])
+			}
+			dst := map[string]*time.Duration{
+				"lease_duration":       &cfg.election.Duration,
+				"lease_renew_deadline": &cfg.election.RenewDeadline,
+				"lease_retry_period":   &cfg.election.RetryPeriod,
+			}[opt]
+			*dst = d
+		case "apiserver_qps":
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			q, perr := strconv.ParseFloat(args[0], 32)
+			if perr != nil || q <= 0 {
+				return nil, c.Errf("apiserver_qps must be a number > 0, not %q", args[0])
+			}
+			cfg.apiQPS = float32(q)
+		case "apiserver_burst":
+			if len(args) != 1 {
+				return nil, c.ArgErr()
+			}
+			b, aerr := strconv.Atoi(args[0])
+			if aerr != nil || b < 1 {
+				return nil, c.Errf("apiserver_burst must be an integer >= 1, not %q", args[0])
+			}
+			cfg.apiBurst = b
 		default:
 			return nil, c.Errf("unknown property %q", opt)
 		}
 		if err != nil {
 			return nil, err
 		}
+	}
+	if !cfg.election.CheckTimings() {
+		return nil, c.Errf("lease timings must satisfy lease_duration > lease_renew_deadline > %.1f x lease_retry_period, not %v, %v, %v",
+			leaderelection.JitterFactor, cfg.election.Duration, cfg.election.RenewDeadline, cfg.election.RetryPeriod)
 	}
 	return cfg, nil
 }

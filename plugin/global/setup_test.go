@@ -10,6 +10,7 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/watch"
+	"github.com/globaldns/global/plugin/global/writer"
 
 	"github.com/coredns/caddy"
 )
@@ -23,6 +24,31 @@ func TestParse(t *testing.T) {
 		cfg.topology.Local != "local" || !slices.Equal(cfg.topology.Keys, index.DefaultKeys) ||
 		cfg.exportSelector != watch.DefaultExportSelector || cfg.kubeconfig != "" || len(cfg.namespaces) != 0 {
 		t.Errorf("defaults: %+v", cfg)
+	}
+	if !cfg.write || cfg.writer.Suffix != "-global" || cfg.writer.MaxEndpoints != 100 || cfg.apiQPS != 50 || cfg.apiBurst != 100 ||
+		cfg.election != (writer.Election{Namespace: writer.DefaultLeaseNamespace(), Name: "coredns-global-writer", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
+		t.Errorf("writer defaults: write %v %+v %+v qps %v burst %v", cfg.write, cfg.writer, cfg.election, cfg.apiQPS, cfg.apiBurst)
+	}
+	cfg, err = parse(caddy.NewTestController("dns", `global {
+		endpointslices
+		endpointslice_size 1000
+		service_suffix -all
+		lease kube-system global-writer
+		lease_duration 30s
+		lease_renew_deadline 20s
+		lease_retry_period 4s
+		apiserver_qps 20.5
+		apiserver_burst 40
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.write || cfg.writer.Suffix != "-all" || cfg.writer.MaxEndpoints != 1000 || cfg.apiQPS != 20.5 || cfg.apiBurst != 40 ||
+		cfg.election != (writer.Election{Namespace: "kube-system", Name: "global-writer", Duration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}) {
+		t.Errorf("writer options: %+v %+v", cfg.writer, cfg.election)
+	}
+	if cfg, err = parse(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || cfg.write {
+		t.Errorf("endpointslices off: write %v, %v", cfg.write, err)
 	}
 
 	cfg, err = parse(caddy.NewTestController("dns", `global global. mesh.example {
@@ -105,6 +131,18 @@ func TestParseErrors(t *testing.T) {
 		{"global under_score.example", `zone "under_score.example." is not a domain name`},
 		{"global .", `zone "." is not a domain name`},
 		{"global\nglobal", "this plugin can only be used once per Server Block"},
+		{"global {\n endpointslices maybe\n}", `endpointslices takes on or off, not "maybe"`},
+		{"global {\n endpointslice_size 0\n}", "endpointslice_size must be an integer in [1, 1000]"},
+		{"global {\n endpointslice_size 1001\n}", "endpointslice_size must be an integer in [1, 1000]"},
+		{"global {\n service_suffix _x\n}", `service_suffix "_x" cannot end a Service name`},
+		{"global {\n lease onlyone\n}", "Wrong argument count"},
+		{"global {\n lease Bad name\n}", `lease namespace "Bad" is not a DNS label`},
+		{"global {\n lease ns Bad_name\n}", `lease name "Bad_name"`},
+		{"global {\n lease_duration -1s\n}", "lease_duration must be a positive duration"},
+		{"global {\n lease_duration 10s\n}", "lease timings must satisfy lease_duration > lease_renew_deadline"},
+		{"global {\n lease_retry_period 9s\n}", "lease timings must satisfy"},
+		{"global {\n apiserver_qps 0\n}", "apiserver_qps must be a number > 0"},
+		{"global {\n apiserver_burst x\n}", "apiserver_burst must be an integer >= 1"},
 	} {
 		_, err := parse(caddy.NewTestController("dns", tc.corefile))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

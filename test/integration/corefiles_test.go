@@ -19,6 +19,8 @@ import (
 func TestCorefilesStart(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	must(t, err)
+	// A control plane of its own: the examples watch every namespace and write EndpointSlices.
+	cp := harness.Start(t)
 	examples := map[string]string{}
 	files, err := filepath.Glob(filepath.Join(root, "corefile", "*.Corefile"))
 	must(t, err)

@@ -1,0 +1,432 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// writerCorefile is the writer tests' Corefile: like corefile, writing, with a lease per test so
+// that tests never wait on each other. Lease timings are client-go's defaults.
+const writerCorefile = `global:{{.Port}} {
+    bind 127.0.0.1
+    prometheus {{.Metrics}}
+    global {
+        kubeconfig {{.Kubeconfig}}
+        namespaces %[1]s
+        lease %[1]s writer
+        cluster east
+        locality east zone=us-east-1a region=us-east-1
+        locality west zone=us-east-1b region=us-east-1
+        locality north zone=eu-north-1a region=eu-north-1
+    }
+}
+`
+
+// written returns our Service and its slices by name, nil Service when there is none.
+func written(t *testing.T, ns string) (*corev1.Service, map[string]discoveryv1.EndpointSlice) {
+	t.Helper()
+	ctx := context.Background()
+	svc, err := client().CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		svc = nil
+	} else {
+		must(t, err)
+	}
+	list, err := client().DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=foo-global"})
+	must(t, err)
+	out := map[string]discoveryv1.EndpointSlice{}
+	for _, es := range list.Items {
+		out[es.Name] = es
+	}
+	return svc, out
+}
+
+// describeSlice renders what a slice says, one endpoint a line, for exact comparison.
+func describeSlice(es discoveryv1.EndpointSlice) string {
+	var b strings.Builder
+	var ports []string
+	for _, p := range es.Ports {
+		ports = append(ports, fmt.Sprintf("%s:%d/%s", deref(p.Name), *p.Port, deref(p.Protocol)))
+	}
+	fmt.Fprintf(&b, "%s %s ports=%s\n", es.Name, es.AddressType, strings.Join(ports, ","))
+	for _, e := range es.Endpoints {
+		target := ""
+		if e.TargetRef != nil {
+			target = e.TargetRef.Kind + "/" + e.TargetRef.Namespace + "/" + e.TargetRef.Name
+		}
+		fmt.Fprintf(&b, "  %s %s ready=%v serving=%v terminating=%v zone=%s node=%s target=%s\n", deref(e.Hostname), strings.Join(e.Addresses, ","),
+			*e.Conditions.Ready, *e.Conditions.Serving, *e.Conditions.Terminating, deref(e.Zone), deref(e.NodeName), target)
+	}
+	return b.String()
+}
+
+func deref[T ~string](p *T) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return string(*p)
+}
+
+func describeAll(sl map[string]discoveryv1.EndpointSlice) string {
+	names := slices.Sorted(maps.Keys(sl))
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(describeSlice(sl[n]))
+	}
+	return b.String()
+}
+
+// versions maps every written object to its resourceVersion: any write changes one.
+func versions(t *testing.T, ns string) map[string]string {
+	svc, sl := written(t, ns)
+	out := map[string]string{}
+	if svc != nil {
+		out["service"] = svc.ResourceVersion
+	}
+	for n, es := range sl {
+		out[n] = es.ResourceVersion
+	}
+	return out
+}
+
+// metric returns the value of one sample line of c's /metrics, "" when absent.
+func metric(t *testing.T, c *harness.CoreDNS, sample string) string {
+	t.Helper()
+	for _, l := range strings.Split(get(t, "http://"+c.MetricsAddr+"/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(l, sample+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestWriterObjects(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, false))
+	must(t, err)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+
+	pod := func(name string) string { return "Pod/" + ns + "/" + name }
+	want := fmt.Sprintf(`foo-global-east-ipv4-0 IPv4 ports=db:15432/TCP
+  foo-0-east 10.244.1.10 ready=true serving=true terminating=false zone=us-east-1a node=%[1]s-a target=%[2]s
+  foo-1-east 10.244.2.11 ready=true serving=true terminating=false zone=us-east-1b node=%[1]s-b target=%[3]s
+  foo-2-east 10.244.1.12 ready=false serving=false terminating=false zone=us-east-1a node=%[1]s-a target=%[4]s
+foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
+  foo-0-west %[5]s ready=true serving=true terminating=false zone=us-east-1b node=<nil> target=
+  foo-1-west %[6]s ready=false serving=false terminating=false zone=us-east-1b node=<nil> target=
+`, ns, pod("foo-0"), pod("foo-1"), pod("foo-2"), west.ClusterIPs["foo-0"], west.ClusterIPs["foo-1"])
+	eventually(t, "the written slices", func() error {
+		if _, sl := written(t, ns); describeAll(sl) != want {
+			return fmt.Errorf("slices:\n%s\nwant:\n%s", describeAll(sl), want)
+		}
+		return nil
+	})
+
+	svc, sl := written(t, ns)
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector != nil || len(svc.Spec.Ports) != 1 ||
+		svc.Spec.Ports[0].Name != "db" || svc.Spec.Ports[0].Port != 5432 {
+		t.Errorf("Service spec %+v", svc.Spec)
+	}
+	if svc.Labels["app.kubernetes.io/managed-by"] != "coredns-global" || svc.Labels["globaldns.io/global-service"] != "foo" {
+		t.Errorf("Service labels %v", svc.Labels)
+	}
+	for name, es := range sl {
+		cluster := strings.Split(strings.TrimPrefix(name, "foo-global-"), "-")[0]
+		wantLabels := map[string]string{
+			"kubernetes.io/service-name":             "foo-global",
+			"endpointslice.kubernetes.io/managed-by": "global.globaldns.io",
+			"app.kubernetes.io/managed-by":           "coredns-global",
+			"globaldns.io/global-service":            "foo",
+			"globaldns.io/source-cluster":            cluster,
+		}
+		if fmt.Sprint(es.Labels) != fmt.Sprint(wantLabels) {
+			t.Errorf("%s labels %v, want %v", name, es.Labels, wantLabels)
+		}
+		if ref := metav1.GetControllerOf(&es); ref == nil || ref.UID != svc.UID || ref.Kind != "Service" {
+			t.Errorf("%s is not owned by the Service: %v", name, es.OwnerReferences)
+		}
+	}
+	// The cluster's own DNS would now answer foo-global.<ns>.svc and foo-0-west.foo-global.<ns>.svc.
+	must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A "+west.ClusterIPs["foo-0"]))
+
+	// Removing every member removes the Service and its slices.
+	must(t, client().CoreV1().Services(ns).Delete(ctx, "foo", metav1.DeleteOptions{}))
+	must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "west"))
+	eventually(t, "the written objects to go", func() error {
+		if svc, sl := written(t, ns); svc != nil || len(sl) != 0 {
+			return fmt.Errorf("still there: service %v, %d slices", svc != nil, len(sl))
+		}
+		return nil
+	})
+}
+
+// TestWriterWritesLittle: one endpoint change is one slice update; a restart with nothing
+// changed writes nothing; 250 endpoints make 3 slices of at most 100.
+func TestWriterWritesLittle(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
+	must(t, err)
+	_, err = harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
+	must(t, err)
+	tmpl := fmt.Sprintf(writerCorefile, ns)
+	c := harness.StartCoreDNS(t, cp, tmpl)
+	eventually(t, "three clusters' slices", func() error {
+		if _, sl := written(t, ns); len(sl) != 3 || len(sl["foo-global-west-ipv4-0"].Endpoints) != 2 {
+			return fmt.Errorf("slices:\n%s", describeAll(sl))
+		}
+		return nil
+	})
+	before := versions(t, ns)
+	_, sl := written(t, ns)
+	westGen := sl["foo-global-west-ipv4-0"].Generation
+
+	// west's foo-1 becomes not ready: only west's slice is written, once.
+	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, false))
+	must(t, err)
+	eventually(t, "west's slice to show foo-1 not ready", func() error {
+		_, sl := written(t, ns)
+		for _, e := range sl["foo-global-west-ipv4-0"].Endpoints {
+			if *e.Hostname == "foo-1-west" && !*e.Conditions.Ready {
+				return nil
+			}
+		}
+		return fmt.Errorf("slices:\n%s", describeAll(sl))
+	})
+	time.Sleep(2 * time.Second) // room for any extra write to show
+	after := versions(t, ns)
+	for name, rv := range before {
+		if changed := after[name] != rv; changed != (name == "foo-global-west-ipv4-0") {
+			t.Errorf("%s: resourceVersion %s -> %s", name, rv, after[name])
+		}
+	}
+	if _, sl := written(t, ns); sl["foo-global-west-ipv4-0"].Generation != westGen+1 {
+		t.Errorf("west's slice went from generation %d to %d: want exactly one write", westGen, sl["foo-global-west-ipv4-0"].Generation)
+	}
+
+	// A restart with nothing changed writes nothing.
+	c.Stop()
+	before = versions(t, ns)
+	c = harness.StartCoreDNS(t, cp, tmpl)
+	eventually(t, "the new process to lead and sync", func() error {
+		if metric(t, c, "coredns_global_leader") != "1" || metric(t, c, `coredns_global_writer_syncs_total{result="success"}`) == "" {
+			return fmt.Errorf("leader %q, syncs %q", metric(t, c, "coredns_global_leader"), metric(t, c, `coredns_global_writer_syncs_total{result="success"}`))
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	if after := versions(t, ns); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("a restart with nothing changed wrote:\n%v\n%v", before, after)
+	}
+	for _, op := range []string{"create", "update", "delete"} {
+		if v := metric(t, c, `coredns_global_endpointslice_changes_total{operation="`+op+`"}`); v != "" {
+			t.Errorf("after a restart: %s %s writes", v, op)
+		}
+	}
+
+	// 250 endpoints from one cluster: 3 slices of at most 100.
+	ready := make([]bool, 250)
+	for i := range ready {
+		ready[i] = true
+	}
+	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "north", ready...))
+	must(t, err)
+	eventually(t, "north in 3 slices", func() error {
+		_, sl := written(t, ns)
+		var n, count int
+		for name, es := range sl {
+			if strings.HasPrefix(name, "foo-global-north-") {
+				count++
+				n += len(es.Endpoints)
+				if len(es.Endpoints) > 100 {
+					return fmt.Errorf("%s has %d endpoints", name, len(es.Endpoints))
+				}
+			}
+		}
+		if count != 3 || n != 250 {
+			return fmt.Errorf("north: %d endpoints in %d slices", n, count)
+		}
+		return nil
+	})
+}
+
+// TestWriterLeavesForeignObjectsAlone: a foo-global this project did not create is never
+// modified; the conflict is reported (log, metric, Event) and DNS keeps working.
+func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	foreign, err := client().CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "foo-global", Labels: map[string]string{"team": "theirs"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": "theirs"}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	before, err := json.Marshal(foreign)
+	must(t, err)
+	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
+	must(t, err)
+
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+	eventually(t, "the conflict reported", func() error {
+		if v := metric(t, c, "coredns_global_writer_conflicts"); v != "1" {
+			return fmt.Errorf("conflicts %q", v)
+		}
+		events, err := client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=foo-global,reason=GlobalServiceConflict"})
+		if err != nil || len(events.Items) == 0 {
+			return fmt.Errorf("no Event: %v", err)
+		}
+		return nil
+	})
+	must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
+
+	// More changes, more chances to touch it.
+	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true))
+	must(t, err)
+	eventuallyExpect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+harnessIP(t, ns, "foo-1-west"))
+	time.Sleep(2 * time.Second)
+	now, err := client().CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
+	must(t, err)
+	after, err := json.Marshal(now)
+	must(t, err)
+	if string(after) != string(before) {
+		t.Errorf("the foreign Service changed:\n%s\n%s", before, after)
+	}
+	_, sl := written(t, ns) // the endpointslice controller's slice of the foreign Service
+	for name, es := range sl {
+		if es.Labels[discoveryv1.LabelManagedBy] != "endpointslice-controller.k8s.io" {
+			t.Errorf("slice %s written for a Service that is not ours: %v", name, es.Labels)
+		}
+	}
+	if n := strings.Count(c.Logs(), "is not managed by coredns-global"); n != 1 {
+		t.Errorf("the conflict is logged %d times, want once", n)
+	}
+}
+
+// harnessIP returns the ClusterIP of a per-pod mirror Service.
+func harnessIP(t *testing.T, ns, name string) string {
+	svc, err := client().CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+	must(t, err)
+	return svc.Spec.ClusterIP
+}
+
+// TestWriterHandover: two replicas, one lease. Killing the holder hands the lease over once it
+// expires; stopping it gracefully hands it over at once; DNS on the survivors never fails.
+func TestWriterHandover(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
+	must(t, err)
+	tmpl := fmt.Sprintf(writerCorefile, ns)
+	a, b := harness.StartCoreDNS(t, cp, tmpl), harness.StartCoreDNS(t, cp, tmpl)
+
+	leader := func(cs ...*harness.CoreDNS) *harness.CoreDNS {
+		var l *harness.CoreDNS
+		eventually(t, "exactly one leader", func() error {
+			var n int
+			for _, c := range cs {
+				if metric(t, c, "coredns_global_leader") == "1" {
+					l, n = c, n+1
+				}
+			}
+			if n != 1 {
+				return fmt.Errorf("%d leaders", n)
+			}
+			return nil
+		})
+		return l
+	}
+	converged := func(want int) {
+		eventually(t, fmt.Sprintf("west's slice with %d endpoints", want), func() error {
+			if _, sl := written(t, ns); len(sl["foo-global-west-ipv4-0"].Endpoints) != want {
+				return fmt.Errorf("slices:\n%s", describeAll(sl))
+			}
+			return nil
+		})
+	}
+	first := leader(a, b)
+	converged(1)
+	survivor := a
+	if first == a {
+		survivor = b
+	}
+
+	// kill -9: the lease must expire before the survivor takes over; the survivor's DNS never
+	// notices.
+	load := dnsLoad(survivor, "foo."+ns+".global.")
+	killed := time.Now()
+	first.Kill()
+	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true))
+	must(t, err)
+	if leader(survivor) != survivor {
+		t.Fatal("the survivor did not take the lease")
+	}
+	t.Logf("after kill -9 the survivor led in %v", time.Since(killed).Round(100*time.Millisecond))
+	converged(2)
+	if sent, failed := load(); failed != 0 || sent == 0 {
+		t.Errorf("kill -9 of the leader: %d of %d queries to the survivor failed", failed, sent)
+	}
+
+	// Graceful: a third replica, then SIGTERM the leader; it releases the lease on the way out.
+	third := harness.StartCoreDNS(t, cp, tmpl)
+	if metric(t, third, "coredns_global_leader") == "1" {
+		t.Fatal("a new replica took a held lease")
+	}
+	load = dnsLoad(third, "foo."+ns+".global.")
+	stopped := time.Now()
+	must(t, survivor.Signal(syscall.SIGTERM))
+	leader(third)
+	t.Logf("after SIGTERM the third replica led in %v", time.Since(stopped).Round(100*time.Millisecond))
+	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true, true))
+	must(t, err)
+	converged(3)
+	if sent, failed := load(); failed != 0 || sent == 0 {
+		t.Errorf("graceful handover: %d of %d queries to the new leader failed", failed, sent)
+	}
+}
+
+// dnsLoad queries qname on c every few milliseconds until the returned function is called, which
+// returns how many queries were sent and how many did not get a NOERROR answer with records.
+func dnsLoad(c *harness.CoreDNS, qname string) func() (sent, failed int64) {
+	var s, f atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		cl := &dns.Client{Timeout: time.Second}
+		m := new(dns.Msg)
+		m.SetQuestion(qname, dns.TypeA)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			s.Add(1)
+			if r, _, err := cl.Exchange(m, c.Addr); err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+				f.Add(1)
+			}
+		}
+	}()
+	return func() (int64, int64) {
+		close(stop)
+		<-done
+		return s.Load(), f.Load()
+	}
+}
