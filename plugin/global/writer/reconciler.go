@@ -204,9 +204,9 @@ func (r *reconciler) slice(k index.Key, svc *corev1.Service, g group, p placed) 
 	labels[LabelCluster] = g.cluster
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       svc.Namespace,
-			Name:            sliceName(svc.Name, g, p.index),
-			Labels:          labels,
+			Namespace: svc.Namespace,
+			Name:      sliceName(svc.Name, g, p.index),
+			Labels:    labels,
 			// The Service controls its slices (the garbage collector deletes them with it). No
 			// blockOwnerDeletion: it would need update rights on services/finalizers on clusters
 			// that enforce owner-reference permissions, and nothing waits on it.
