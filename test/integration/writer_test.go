@@ -164,12 +164,27 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 			t.Errorf("%s is not owned by the Service: %v", name, es.OwnerReferences)
 		}
 	}
-	// The cluster's own DNS would now answer foo-global.<ns>.svc and foo-0-west.foo-global.<ns>.svc.
 	must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A "+west.ClusterIPs["foo-0"]))
 
-	// Removing every member removes the Service and its slices.
+	// The cluster's own DNS (CoreDNS's kubernetes plugin) answers from what was written.
+	kube := harness.StartCoreDNS(t, cp, `cluster.local:{{.Port}} {
+    bind 127.0.0.1
+    kubernetes cluster.local {
+        kubeconfig {{.Kubeconfig}}
+        namespaces `+ns+`
+    }
+}
+`)
+	svcName := "foo-global." + ns + ".svc.cluster.local."
+	eventuallyExpect(t, kube, svcName, dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A "+west.ClusterIPs["foo-0"])
+	must(t, expect(t, kube, "foo-0-west."+svcName, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
+	must(t, expect(t, kube, "foo-1-east."+svcName, dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
+
+	// Members removed while no replica runs: the next one to lead deletes what was written.
+	c.Stop()
 	must(t, client().CoreV1().Services(ns).Delete(ctx, "foo", metav1.DeleteOptions{}))
 	must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "west"))
+	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 	eventually(t, "the written objects to go", func() error {
 		if svc, sl := written(t, ns); svc != nil || len(sl) != 0 {
 			return fmt.Errorf("still there: service %v, %d slices", svc != nil, len(sl))
@@ -394,6 +409,17 @@ func TestWriterHandover(t *testing.T) {
 	must(t, survivor.Signal(syscall.SIGTERM))
 	leader(third)
 	t.Logf("after SIGTERM the third replica led in %v", time.Since(stopped).Round(100*time.Millisecond))
+	eventually(t, "the new leader's first sync", func() error {
+		if metric(t, third, `coredns_global_writer_syncs_total{result="success"}`) == "" {
+			return fmt.Errorf("no sync yet")
+		}
+		return nil
+	})
+	for _, op := range []string{"create", "update", "delete"} { // nothing changed while it took over
+		if v := metric(t, third, `coredns_global_endpointslice_changes_total{operation="`+op+`"}`); v != "" {
+			t.Errorf("a leader change with nothing changed: %s %s writes", v, op)
+		}
+	}
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true, true))
 	must(t, err)
 	converged(3)
