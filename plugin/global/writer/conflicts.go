@@ -21,6 +21,12 @@ type conflicts struct {
 	events record.EventRecorder
 }
 
+func (c *conflicts) setRecorder(r record.EventRecorder) {
+	c.mu.Lock()
+	c.events = r
+	c.mu.Unlock()
+}
+
 func (c *conflicts) report(k index.Key, obj metav1.Object, what string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

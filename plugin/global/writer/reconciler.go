@@ -79,7 +79,9 @@ func (r *reconciler) deleteAll(ctx context.Context, cur existing) error {
 		// Deleting the Service also garbage-collects its slices; deleting them first makes the
 		// result independent of the garbage collector's pace.
 		err := r.client.CoreV1().Services(cur.service.Namespace).Delete(ctx, cur.service.Name, preconditions(&cur.service.ObjectMeta))
-		errs = append(errs, r.counted("delete", ignoreNotFound(err)))
+		if !apierrors.IsNotFound(err) {
+			errs = append(errs, r.counted("delete", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -250,7 +252,10 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 }
 
 func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSlice) error {
-	err := ignoreNotFound(r.client.DiscoveryV1().EndpointSlices(es.Namespace).Delete(ctx, es.Name, preconditions(&es.ObjectMeta)))
+	err := r.client.DiscoveryV1().EndpointSlices(es.Namespace).Delete(ctx, es.Name, preconditions(&es.ObjectMeta))
+	if apierrors.IsNotFound(err) { // already gone (the garbage collector, or an earlier try)
+		return nil
+	}
 	if err == nil {
 		r.tracker.deleted(es)
 	}
@@ -306,13 +311,6 @@ func endpointIDs(es *discoveryv1.EndpointSlice) []string {
 func (r *reconciler) counted(op string, err error) error {
 	if err == nil {
 		telemetry.EndpointSliceChanges.WithLabelValues(op).Inc()
-	}
-	return err
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
 	}
 	return err
 }

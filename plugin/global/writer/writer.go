@@ -41,7 +41,6 @@ type Writer struct {
 	index *index.Index
 	store *store
 	rec   *reconciler
-	bcast record.EventBroadcaster
 
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[index.Key]] // of the current term
 
@@ -51,18 +50,14 @@ type Writer struct {
 	stop   context.CancelFunc // ends the current term
 }
 
-// New returns a Writer for ix; it subscribes to ix, so call it before ix runs.
+// New returns a Writer for ix; it subscribes to ix, so call it before ix runs. Nothing runs
+// before Start.
 func New(client kubernetes.Interface, ix *index.Index, namespaces []string, cfg Config) *Writer {
-	bcast := record.NewBroadcaster()
 	st := newStore(client, namespaces)
 	w := &Writer{
-		cfg: cfg, index: ix, store: st, bcast: bcast,
-		rec: &reconciler{cfg: cfg, client: client, store: st, tracker: newTracker(), conflicts: &conflicts{
-			active: map[index.Key]string{},
-			events: bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ManagedBy}),
-		}},
+		cfg: cfg, index: ix, store: st,
+		rec: &reconciler{cfg: cfg, client: client, store: st, tracker: newTracker(), conflicts: &conflicts{active: map[index.Key]string{}}},
 	}
-	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	ix.Subscribe(w.enqueue)
 	for _, sc := range st.scopes {
 		sc.services.AddEventHandler(w.echoes(nil))
@@ -74,6 +69,9 @@ func New(client kubernetes.Interface, ix *index.Index, namespaces []string, cfg 
 // Start runs the informers on our objects until ctx is done, leader or not, so a new leader
 // starts with a warm cache.
 func (w *Writer) Start(ctx context.Context) {
+	bcast := record.NewBroadcaster()
+	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.rec.client.CoreV1().Events("")})
+	w.rec.conflicts.setRecorder(bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ManagedBy}))
 	for _, f := range w.store.factories {
 		f.Start(ctx.Done())
 	}
@@ -82,7 +80,7 @@ func (w *Writer) Start(ctx context.Context) {
 		for _, f := range w.store.factories {
 			f.Shutdown()
 		}
-		w.bcast.Shutdown()
+		bcast.Shutdown()
 	}()
 }
 

@@ -1,0 +1,5 @@
+package index_test
+
+import clog "github.com/coredns/coredns/plugin/pkg/log"
+
+func init() { clog.Discard() }
