@@ -53,8 +53,9 @@ func (g *Global) Name() string { return telemetry.Plugin }
 // Ready implements ready.Readiness: the index holds what the API had at the initial sync.
 func (g *Global) Ready() bool { return g.index.Ready() }
 
-// OnStartup starts the watcher and the index publisher and waits, up to startupTimeout, for the
-// first sync, so a freshly started server rarely answers SERVFAIL.
+// OnStartup starts the watcher, the index publisher and (unless `endpointslices off`) the writer's
+// informers and its campaign for the lease; it waits, up to startupTimeout, for the first sync, so
+// a freshly started server rarely answers SERVFAIL.
 func (g *Global) OnStartup() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
@@ -96,8 +97,8 @@ func (g *Global) OnStartup() error {
 	return nil
 }
 
-// OnShutdown stops the watcher and the publisher and waits for them: on a Corefile reload the
-// next instance is already running its own.
+// OnShutdown stops everything OnStartup started and waits for it: on a Corefile reload the next
+// instance is already running its own.
 func (g *Global) OnShutdown() error {
 	if g.writer != nil {
 		// Stop writing before the lease is released: the next leader may start at once.

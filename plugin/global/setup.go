@@ -47,6 +47,7 @@ type config struct {
 	zones            []string
 	kubeconfig       string
 	context          string
+	kubeconfigAt     string // file:line of the kubeconfig option, for errors found when reading it
 	namespaces       []string
 	topology         index.Topology
 	ttl              uint32
@@ -62,6 +63,7 @@ type config struct {
 }
 
 func setup(c *caddy.Controller) error {
+	telemetry.RouteKlog()
 	cfg, err := parse(c)
 	if err != nil {
 		return plugin.Error(telemetry.Plugin, err)
@@ -133,7 +135,7 @@ func (cfg *config) restConfig() (*rest.Config, error) {
 			&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
 			&clientcmd.ConfigOverrides{CurrentContext: cfg.context})
 		if rc, err = loader.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+			return nil, fmt.Errorf("%skubeconfig %s: %w", cfg.kubeconfigAt, path, err)
 		}
 	}
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
@@ -191,7 +193,7 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			if len(args) != 1 && len(args) != 2 {
 				return nil, c.ArgErr()
 			}
-			cfg.kubeconfig = args[0]
+			cfg.kubeconfig, cfg.kubeconfigAt = args[0], fmt.Sprintf("%s:%d - ", c.File(), c.Line())
 			if len(args) == 2 {
 				cfg.context = args[1]
 			}

@@ -160,8 +160,8 @@ func TestSetupErrorsNameThePlugin(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a pod, whatever runs the tests
 	t.Setenv("KUBECONFIG", "")
 	for _, tc := range []struct{ corefile, want string }{
-		{"global {\n kubeconfig " + missing + "\n}", "plugin/global: kubeconfig " + missing},
-		{"global {\n kubeconfig " + garbage + "\n}", "plugin/global: kubeconfig " + garbage},
+		{"global {\n kubeconfig " + missing + "\n}", "plugin/global: Testfile:2 - kubeconfig " + missing},
+		{"global {\n kubeconfig " + garbage + "\n}", "plugin/global: Testfile:2 - kubeconfig " + garbage},
 		{"global", "plugin/global: no kubeconfig given, KUBECONFIG unset, and not running in a Kubernetes pod"},
 		{"global {\n ttl 99999\n}", "plugin/global: "},
 	} {
