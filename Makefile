@@ -27,12 +27,12 @@ help:
 	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global)"
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
 	@echo "make test          vet, unit and integration tests (builds the control plane once)"
-	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver and kube-controller-manager $(K8S_VERSION) into $(CONTROLPLANE)"
+	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver, kube-controller-manager and kubectl $(K8S_VERSION) into $(CONTROLPLANE)"
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/coredns ./coredns
 
-controlplane: $(CONTROLPLANE)/etcd $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager
+controlplane: $(CONTROLPLANE)/etcd $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kubectl
 
 # Each tool is built from its own small module (k8s.io/kubernetes cannot be `go install`ed), to a
 # temporary name first so an interrupted build never leaves a broken binary in the cache.
@@ -41,7 +41,7 @@ $(CONTROLPLANE)/etcd:
 	cd test/controlplane/etcd && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
-$(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager:
+$(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kubectl:
 	@mkdir -p $(@D)
 	cd test/controlplane/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
 	mv $@.tmp $@

@@ -69,6 +69,8 @@ type ControlPlane struct {
 	ownsDir    bool
 	adminToken string
 	apiPort    int
+	apiBin     string
+	apiArgs    []string
 	procs      []*process // in start order: etcd, kube-apiserver, kube-controller-manager
 	stopOnce   sync.Once
 }
@@ -211,8 +213,9 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 		return portClash(etcd, fmt.Errorf("etcd not healthy: %w", err))
 	}
 
-	api, err := startProcess("kube-apiserver", cp.Dir, cp.out, nil, apiBin,
-		"--etcd-servers="+clientURL,
+	cp.apiBin = apiBin
+	cp.apiArgs = []string{
+		"--etcd-servers=" + clientURL,
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(cp.apiPort),
 		"--cert-dir="+filepath.Join(cp.Dir, "certs"),
@@ -231,15 +234,10 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 		"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/108",
 		// No kubelet mounts tokens; the ServiceAccount plugin would demand them.
 		"--disable-admission-plugins=ServiceAccount",
-	)
+	}
+	api, err := cp.startAPIServer(ctx)
 	if err != nil {
 		return err
-	}
-	cp.procs = append(cp.procs, api)
-	if err := waitHTTP(ctx, api, cp.APIServerURL()+"/readyz", cp.adminToken, func(code int, body string) bool {
-		return code == http.StatusOK && strings.TrimSpace(body) == "ok"
-	}); err != nil {
-		return portClash(api, fmt.Errorf("kube-apiserver not ready: %w", err))
 	}
 
 	if err := cp.writeClients(); err != nil {
@@ -263,6 +261,39 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 	}
 	cp.procs = append(cp.procs, kcm)
 	return cp.waitControllerManager(ctx, kcm)
+}
+
+// startAPIServer starts kube-apiserver with cp.apiArgs and waits until it is ready.
+func (cp *ControlPlane) startAPIServer(ctx context.Context) (*process, error) {
+	api, err := startProcess("kube-apiserver", cp.Dir, cp.out, nil, cp.apiBin, cp.apiArgs...)
+	if err != nil {
+		return nil, err
+	}
+	cp.procs = append(cp.procs, api)
+	if err := waitHTTP(ctx, api, cp.APIServerURL()+"/readyz", cp.adminToken, func(code int, body string) bool {
+		return code == http.StatusOK && strings.TrimSpace(body) == "ok"
+	}); err != nil {
+		return nil, portClash(api, fmt.Errorf("kube-apiserver not ready: %w", err))
+	}
+	return api, nil
+}
+
+// StopAPIServer stops kube-apiserver (SIGKILL, as an outage would), leaving etcd and
+// kube-controller-manager running. StartAPIServer brings it back on the same address.
+func (cp *ControlPlane) StopAPIServer() {
+	for i, p := range cp.procs {
+		if p.name == "kube-apiserver" {
+			p.kill()
+			cp.procs = append(cp.procs[:i:i], cp.procs[i+1:]...)
+			return
+		}
+	}
+}
+
+// StartAPIServer restarts kube-apiserver after StopAPIServer and waits until it is ready.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	_, err := cp.startAPIServer(ctx)
+	return err
 }
 
 // writeClients writes the admin kubeconfig and builds Config and Client.
@@ -345,8 +376,11 @@ func (cp *ControlPlane) waitControllerManager(ctx context.Context, kcm *process)
 
 // APIServerURL returns https://127.0.0.1:PORT.
 func (cp *ControlPlane) APIServerURL() string {
-	return "https://127.0.0.1:" + strconv.Itoa(cp.apiPort)
+	return "https://" + cp.APIServerAddr()
 }
+
+// APIServerAddr is the API server's host:port.
+func (cp *ControlPlane) APIServerAddr() string { return "127.0.0.1:" + strconv.Itoa(cp.apiPort) }
 
 // KubeconfigFor writes a kubeconfig for a static token user (see
 // Options.ExtraTokens) and returns its path. Unknown tokens are allowed, to
@@ -358,8 +392,13 @@ func (cp *ControlPlane) KubeconfigFor(token string) (string, error) {
 
 // writeKubeconfig writes Dir/name for user authenticating with token.
 func (cp *ControlPlane) writeKubeconfig(name, user, token string) (string, error) {
+	return cp.writeKubeconfigAt(name, user, token, cp.APIServerURL())
+}
+
+// writeKubeconfigAt writes a kubeconfig for a token user of the API server at server.
+func (cp *ControlPlane) writeKubeconfigAt(name, user, token, server string) (string, error) {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: cp.APIServerURL(), InsecureSkipTLSVerify: true}
+	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
 	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["harness"] = &clientcmdapi.Context{Cluster: "harness", AuthInfo: user}
 	cfg.CurrentContext = "harness"

@@ -55,11 +55,27 @@ func TestCorefilesStart(t *testing.T) {
 // fencedBlocks returns the bodies of the fenced code blocks (``` or ~~~) tagged lang.
 func fencedBlocks(doc, lang string) []string {
 	var out []string
-	re := regexp.MustCompile("(?ms)^(```|~~~) ?" + lang + "\\s*\n(.*?)^(```|~~~)\\s*$")
+	// Fences may be indented (blocks in list items).
+	re := regexp.MustCompile("(?ms)^[ \t]*(```|~~~) ?" + lang + "\\s*\n(.*?)^[ \t]*(```|~~~)\\s*$")
 	for _, m := range re.FindAllStringSubmatch(doc, -1) {
-		out = append(out, m[2])
+		out = append(out, dedent(m[2]))
 	}
 	return out
+}
+
+// dedent removes the indentation all non-empty lines of s share.
+func dedent(s string) string {
+	lines := strings.Split(s, "\n")
+	indent := -1
+	for _, l := range lines {
+		if t := strings.TrimLeft(l, " \t"); t != "" && (indent < 0 || len(l)-len(t) < indent) {
+			indent = len(l) - len(t)
+		}
+	}
+	for i, l := range lines {
+		lines[i] = l[min(indent, len(l)-len(strings.TrimLeft(l, " \t"))):]
+	}
+	return strings.Join(lines, "\n")
 }
 
 var (
@@ -82,10 +98,14 @@ func localize(corefile, root string) string {
 	})
 }
 
-// zones returns the zones of the global plugin in corefile (global. when it names none).
+// zones returns the zones of the global plugin in corefile (global. when it names none, none
+// when the Corefile does not use it, as the cluster DNS's forwarding block).
 func zones(corefile string) []string {
 	m := globalLine.FindStringSubmatch(corefile)
-	if m == nil || strings.TrimSpace(m[1]) == "" {
+	if m == nil {
+		return nil
+	}
+	if strings.TrimSpace(m[1]) == "" {
 		return []string{"global."}
 	}
 	var out []string

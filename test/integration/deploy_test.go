@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+// kustomize runs `kubectl kustomize` on a deploy/ directory and returns the objects, by kind/name.
+func kustomize(t *testing.T, dir string) (string, map[string]*unstructured.Unstructured) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	out := harness.RunKubectl(t, nil, "", "kustomize", filepath.Join(root, dir))
+	objs := map[string]*unstructured.Unstructured{}
+	for _, doc := range strings.Split(out, "\n---\n") {
+		u := &unstructured.Unstructured{}
+		must(t, yaml.Unmarshal([]byte(doc), &u.Object))
+		objs[u.GetKind()+"/"+u.GetName()] = u
+	}
+	return out, objs
+}
+
+func as[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	if u == nil {
+		t.Fatal("missing object")
+	}
+	var out T
+	must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &out))
+	return &out
+}
+
+// TestDeployRenders: both kustomizations render, the API server accepts every object (server-side
+// dry run), and they say what the README says.
+func TestDeployRenders(t *testing.T) {
+	for _, dir := range []string{"deploy/base", "deploy/overlays/ha"} {
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			yamlText, objs := kustomize(t, dir)
+			// Namespaced objects need their namespace to exist even for a dry run.
+			must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+			harness.RunKubectl(t, cp, yamlText, "apply", "-f", "-", "--server-side", "--dry-run=server")
+
+			d := as[appsv1.Deployment](t, objs["Deployment/coredns-global"])
+			pod := d.Spec.Template.Spec
+			c := pod.Containers[0]
+			sc := c.SecurityContext
+			if pod.SecurityContext == nil || !*pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault ||
+				!*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+				t.Errorf("security context: pod %+v container %+v", pod.SecurityContext, sc)
+			}
+			if c.LivenessProbe.HTTPGet.Path != "/health" || c.ReadinessProbe.HTTPGet.Path != "/ready" || c.Resources.Requests.Cpu().IsZero() {
+				t.Errorf("probes or resources: %+v %+v %+v", c.LivenessProbe, c.ReadinessProbe, c.Resources)
+			}
+			if c.Env[1].Name != "POD_NAMESPACE" || c.Env[1].ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+				t.Errorf("env %+v", c.Env)
+			}
+			for _, p := range c.Ports {
+				if p.ContainerPort < 1024 {
+					t.Errorf("privileged port %+v", p)
+				}
+			}
+			svc := as[corev1.Service](t, objs["Service/coredns-global"])
+			if len(svc.Spec.Ports) != 3 || svc.Spec.Ports[0].Port != 53 || svc.Spec.Ports[1].Protocol != corev1.ProtocolTCP {
+				t.Errorf("service ports %+v", svc.Spec.Ports)
+			}
+
+			if dir != "deploy/overlays/ha" {
+				if *d.Spec.Replicas != 1 {
+					t.Errorf("base replicas %d", *d.Spec.Replicas)
+				}
+				return
+			}
+			if *d.Spec.Replicas != 3 || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || pod.PriorityClassName != "coredns-global" {
+				t.Errorf("ha deployment %+v %+v %q", *d.Spec.Replicas, d.Spec.Strategy, pod.PriorityClassName)
+			}
+			aa := pod.Affinity.PodAntiAffinity
+			if aa.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != "kubernetes.io/hostname" ||
+				aa.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != "topology.kubernetes.io/zone" ||
+				aa.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchLabels["app.kubernetes.io/name"] != "coredns-global" {
+				t.Errorf("anti-affinity %+v", aa)
+			}
+			pdb := as[policyv1.PodDisruptionBudget](t, objs["PodDisruptionBudget/coredns-global"])
+			if pdb.Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("pdb %+v", pdb.Spec)
+			}
+			if objs["PriorityClass/coredns-global"] == nil {
+				t.Error("no PriorityClass")
+			}
+		})
+	}
+}

@@ -1,0 +1,413 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// TestHA runs deploy/overlays/ha for real, as processes: three bin/coredns replicas with the
+// Corefile of the rendered ConfigMap, authenticated as the rendered ServiceAccount (so its RBAC
+// is all they have), under steady DNS load, through a leader crash, a rolling restart, an API
+// server outage and one replica's partition from the API server.
+func TestHA(t *testing.T) {
+	cp := harness.Start(t) // of its own: this test stops the API server
+	ctx := context.Background()
+	admin := cp.Client
+
+	// The rendered manifests, applied for real (no kubelet runs their pods here).
+	rendered, objs := kustomize(t, "deploy/overlays/ha")
+	harness.RunKubectl(t, cp, rendered, "apply", "-f", "-", "--server-side")
+	corefileText := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	const deployNS = "coredns-global"
+
+	// The ServiceAccount's own token: every replica has exactly the rendered RBAC.
+	tr, err := admin.CoreV1().ServiceAccounts(deployNS).CreateToken(ctx, "coredns-global",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo[int64](3600)}}, metav1.CreateOptions{})
+	must(t, err)
+	saKubeconfig, err := cp.KubeconfigFor(tr.Status.Token)
+	must(t, err)
+	proxy := harness.StartProxy(t, cp.APIServerAddr())
+	viaProxy, err := cp.KubeconfigVia(proxy, tr.Status.Token)
+	must(t, err)
+
+	// What the mesh looks like from east.
+	const ns = "db"
+	must(t, harness.EnsureNamespace(ctx, admin, ns))
+	must(t, harness.CreateNode(ctx, admin, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	must(t, harness.CreateStatefulSet(ctx, admin, harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts, Pods: []harness.Pod{
+		{Name: "foo-0", Node: "east-a", IP: "10.244.1.10", Ready: true},
+		{Name: "foo-1", Node: "east-a", IP: "10.244.1.11", Ready: true},
+	}}))
+	for _, cluster := range []string{"west", "north"} {
+		_, err := harness.CreateMirror(ctx, admin, mirror(ns, cluster, true, true))
+		must(t, err)
+	}
+
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	tmpl := localize(corefileText, root)
+	replica := func(kubeconfig string) *harness.CoreDNS {
+		return harness.StartCoreDNS(t, nil, tmpl, harness.WithEnv("KUBECONFIG="+kubeconfig, "KUBERNETES_SERVICE_HOST=",
+			"POD_NAMESPACE="+deployNS, "CLUSTER_NAME=east"))
+	}
+	// The third replica reaches the API server through a proxy the test can cut.
+	replicas := []*harness.CoreDNS{replica(saKubeconfig), replica(saKubeconfig), replica(viaProxy)}
+	fooNS := "foo." + ns + ".global."
+	for _, c := range replicas {
+		eventually(t, "6 records on every replica", func() error { return answers(t, c, fooNS, 6) })
+	}
+	leader := waitLeader(t, replicas...)
+	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2}) })
+
+	// The RBAC is enough (the above was written with it) and no more.
+	sa := clientFor(t, saKubeconfig)
+	for what, err := range map[string]error{
+		"create a Secret": func() error {
+			_, err := sa.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		}(),
+		"list Pods": func() error { _, err := sa.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); return err }(),
+		"update ConfigMaps": func() error {
+			_, err := sa.CoreV1().ConfigMaps(deployNS).Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "coredns-global"}}, metav1.UpdateOptions{})
+			return err
+		}(),
+		"get another Lease": func() error {
+			_, err := sa.CoordinationV1().Leases(deployNS).Get(ctx, "someone-elses", metav1.GetOptions{})
+			return err
+		}(),
+		"a Lease elsewhere": func() error {
+			_, err := sa.CoordinationV1().Leases("kube-system").Get(ctx, "coredns-global-writer", metav1.GetOptions{})
+			return err
+		}(),
+	} {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the ServiceAccount may %s: %v", what, err)
+		}
+	}
+
+	// Steady load, about 1000 queries a second over the replicas that report ready.
+	pool := newPool(replicas...)
+	defer pool.stop()
+
+	// 1. kill -9 the leader: the others answer every query; a new leader converges the slices.
+	pool.remove(leader)
+	killed := time.Now()
+	leader.Kill()
+	survivors := without(replicas, leader)
+	_, err = harness.CreateMirror(ctx, admin, mirror(ns, "south", true))
+	must(t, err)
+	waitLeader(t, survivors...)
+	t.Logf("kill -9: a new leader after %v", time.Since(killed).Round(100*time.Millisecond))
+	eventually(t, "the new leader writing south", func() error {
+		return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2, "south": 1})
+	})
+	pool.check(t, "kill -9 of the leader")
+
+	// 2. A rolling restart, one replica at a time: SIGTERM, lameduck (the replica answers while
+	// /ready says 503), its replacement ready before the next goes. The client only sends to
+	// ready replicas, as a Service does: not one query may fail.
+	partitioned := replicas[2] // the replica behind the proxy, and later its replacement
+	replacement := replica(saKubeconfig)
+	pool.add(replacement)
+	current := append(survivors, replacement)
+	for i, old := range current {
+		wasLeader := metric(t, old, "coredns_global_leader") == "1"
+		kubeconfig := saKubeconfig
+		if old == partitioned {
+			kubeconfig = viaProxy
+		}
+		stopped := time.Now()
+		must(t, old.Signal(syscall.SIGTERM))
+		current[i] = replica(kubeconfig)
+		if old == partitioned {
+			partitioned = current[i]
+		}
+		pool.add(current[i])
+		if wasLeader {
+			waitLeader(t, current...)
+			t.Logf("rolling restart: SIGTERM to the leader, a new leader after %v", time.Since(stopped).Round(100*time.Millisecond))
+		}
+		old.Stop() // returns once its lameduck is over
+		pool.remove(old)
+	}
+	pool.check(t, "the rolling restart")
+
+	// 3. The API server is down for 30 s: every replica keeps answering what it had.
+	cp.StopAPIServer()
+	time.Sleep(30 * time.Second)
+	for _, c := range current {
+		if err := answers(t, c, fooNS, 7); err != nil {
+			t.Errorf("with the API server down: %v", err)
+		}
+	}
+	must(t, cp.StartAPIServer(ctx))
+	pool.check(t, "the API server outage")
+	waitLeader(t, current...)
+	// Afterwards, changes show up again, in DNS and in slices, without duplicates.
+	must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "south"))
+	for _, c := range current {
+		eventuallyLong(t, "south gone after the outage", func() error { return answers(t, c, fooNS, 6) })
+	}
+	eventuallyLong(t, "the slices after the outage", func() error {
+		return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2})
+	})
+
+	// 4. One replica loses its link to the API server: it keeps answering its last data while the
+	// others follow changes; once the link is back, it catches up.
+	proxy.Cut()
+	must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "north"))
+	for _, c := range without(current, partitioned) {
+		eventually(t, "north gone on the connected replicas", func() error { return answers(t, c, fooNS, 4) })
+	}
+	if err := answers(t, partitioned, fooNS, 6); err != nil {
+		t.Errorf("the cut-off replica: %v", err)
+	}
+	proxy.Restore()
+	eventuallyLong(t, "the cut-off replica to catch up", func() error { return answers(t, partitioned, fooNS, 4) })
+	pool.check(t, "the partition")
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	must(t, err)
+	c, err := kubernetes.NewForConfig(rc)
+	must(t, err)
+	return c
+}
+
+func without(cs []*harness.CoreDNS, drop *harness.CoreDNS) []*harness.CoreDNS {
+	var out []*harness.CoreDNS
+	for _, c := range cs {
+		if c != drop {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// answers checks that c answers qname with n A records.
+func answers(t *testing.T, c *harness.CoreDNS, qname string, n int) error {
+	r := ask(t, c, "udp", qname, dns.TypeA)
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) != n {
+		return fmt.Errorf("%s on %s: %s with %d records, want %d", qname, c.Addr, dns.RcodeToString[r.Rcode], len(r.Answer), n)
+	}
+	return nil
+}
+
+// writtenSlices checks the written slices of foo-global hold want endpoints per cluster, with
+// no endpoint twice.
+func writtenSlices(t *testing.T, c kubernetes.Interface, ns string, want map[string]int) error {
+	list, err := c.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=foo-global," + discoveryv1.LabelManagedBy + "=global.globaldns.io"})
+	if err != nil {
+		return err
+	}
+	got, seen := map[string]int{}, map[string]bool{}
+	for _, es := range list.Items {
+		for _, e := range es.Endpoints {
+			id := *e.Hostname + "/" + e.Addresses[0]
+			if seen[id] {
+				return fmt.Errorf("endpoint %s written twice", id)
+			}
+			seen[id] = true
+			got[es.Labels["globaldns.io/source-cluster"]]++
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		return fmt.Errorf("endpoints per cluster %v, want %v", got, want)
+	}
+	return nil
+}
+
+// waitLeader waits until exactly one of cs holds the lease and returns it.
+func waitLeader(t *testing.T, cs ...*harness.CoreDNS) *harness.CoreDNS {
+	t.Helper()
+	var l *harness.CoreDNS
+	eventually(t, "exactly one leader", func() error {
+		var n int
+		for _, c := range cs {
+			if metric(t, c, "coredns_global_leader") == "1" {
+				l, n = c, n+1
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("%d leaders among %d replicas", n, len(cs))
+		}
+		return nil
+	})
+	return l
+}
+
+// eventuallyLong is eventually for recoveries bounded by client-go's reconnect backoff (up to 30 s
+// after an outage) on top of the usual patience.
+func eventuallyLong(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(patience + 30*time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// pool is a DNS client that sends about 1000 queries a second, spread over the replicas that
+// report ready (polled every 100 ms, as a kubelet readiness probe and an EndpointSlice would
+// tell a Service), and counts the queries that do not get a NOERROR answer with records.
+type pool struct {
+	mu       sync.Mutex
+	replicas map[*harness.CoreDNS]bool // replica -> ready
+	sent     atomic.Int64
+	failed   atomic.Int64
+	failures []string
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+func newPool(cs ...*harness.CoreDNS) *pool {
+	p := &pool{replicas: map[*harness.CoreDNS]bool{}, done: make(chan struct{})}
+	for _, c := range cs {
+		p.replicas[c] = true
+	}
+	p.wg.Add(1)
+	go p.probe()
+	for range 4 {
+		p.wg.Add(1)
+		go p.send()
+	}
+	return p
+}
+
+func (p *pool) add(c *harness.CoreDNS) {
+	p.mu.Lock()
+	p.replicas[c] = false // until its /ready says so
+	p.mu.Unlock()
+}
+
+func (p *pool) remove(c *harness.CoreDNS) {
+	p.mu.Lock()
+	delete(p.replicas, c)
+	p.mu.Unlock()
+}
+
+func (p *pool) stop() {
+	close(p.done)
+	p.wg.Wait()
+}
+
+func (p *pool) probe() {
+	defer p.wg.Done()
+	hc := &http.Client{Timeout: 200 * time.Millisecond}
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		p.mu.Lock()
+		cs := make([]*harness.CoreDNS, 0, len(p.replicas))
+		for c := range p.replicas {
+			cs = append(cs, c)
+		}
+		p.mu.Unlock()
+		for _, c := range cs {
+			ready := false
+			if resp, err := hc.Get("http://" + c.ReadyAddr + "/ready"); err == nil {
+				ready = resp.StatusCode == http.StatusOK
+				resp.Body.Close()
+			}
+			p.mu.Lock()
+			if _, ok := p.replicas[c]; ok {
+				p.replicas[c] = ready
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *pool) send() {
+	defer p.wg.Done()
+	cl := &dns.Client{Timeout: time.Second}
+	m := new(dns.Msg)
+	m.SetQuestion("foo.db.global.", dns.TypeA)
+	tick := time.NewTicker(4 * time.Millisecond) // 4 senders: ~1000 queries a second
+	defer tick.Stop()
+	var i int
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		var ready []*harness.CoreDNS
+		for c, ok := range p.replicas {
+			if ok {
+				ready = append(ready, c)
+			}
+		}
+		p.mu.Unlock()
+		if len(ready) == 0 {
+			continue
+		}
+		i++
+		c := ready[i%len(ready)]
+		p.sent.Add(1)
+		r, _, err := cl.Exchange(m, c.Addr)
+		if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
+			continue
+		}
+		p.mu.Lock()
+		if _, still := p.replicas[c]; still { // not removed (killed) on purpose meanwhile
+			p.failed.Add(1)
+			if len(p.failures) < 10 {
+				p.failures = append(p.failures, fmt.Sprintf("%s: %v %v", c.Addr, err, r))
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+// check reports the failures since the last check; queries to a replica removed from the pool
+// meanwhile (killed on purpose) do not count.
+func (p *pool) check(t *testing.T, phase string) {
+	t.Helper()
+	p.mu.Lock()
+	failures := p.failures
+	p.failures = nil
+	p.mu.Unlock()
+	sent, failed := p.sent.Swap(0), p.failed.Swap(0)
+	t.Logf("%s: %d queries, %d failed", phase, sent, failed)
+	if sent == 0 {
+		t.Errorf("%s: no queries sent", phase)
+	}
+	if failed > 0 {
+		t.Errorf("%s: %d failed queries, the first ones:\n%s", phase, failed, strings.Join(failures, "\n"))
+	}
+}
