@@ -217,13 +217,13 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 	cp.apiArgs = []string{
 		"--etcd-servers=" + clientURL,
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(cp.apiPort),
-		"--cert-dir="+filepath.Join(cp.Dir, "certs"),
-		"--token-auth-file="+filepath.Join(cp.Dir, "tokens.csv"),
+		"--secure-port=" + strconv.Itoa(cp.apiPort),
+		"--cert-dir=" + filepath.Join(cp.Dir, "certs"),
+		"--token-auth-file=" + filepath.Join(cp.Dir, "tokens.csv"),
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+filepath.Join(cp.Dir, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(cp.Dir, "sa.key"),
+		"--service-account-key-file=" + filepath.Join(cp.Dir, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(cp.Dir, "sa.key"),
 		// Dual-stack service CIDR (IPv4 primary): Services stay IPv4 unless
 		// they ask for IPv6, but tests can make IPv6 ClusterIPs (Linkerd
 		// per-pod mirrors in an IPv6 cluster) and RequireDualStack Services,
