@@ -47,6 +47,7 @@ $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROL
 	mv $@.tmp $@
 
 vet:
+	@unformatted=$$(gofmt -l coredns plugin test); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
 test: build controlplane vet
