@@ -20,13 +20,14 @@ export GLOBAL_COREDNS_BIN      := $(CURDIR)/bin/coredns
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build controlplane test unit run dig vet clean help
+.PHONY: all build controlplane test unit run dig vet fuzz clean help
 all: build
 
 help:
 	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global)"
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
 	@echo "make test          vet, unit and integration tests (builds the control plane once)"
+	@echo "make fuzz          run every fuzz target for FUZZTIME (default $(FUZZTIME)) each"
 	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver, kube-controller-manager and kubectl $(K8S_VERSION) into $(CONTROLPLANE)"
 
 build:
@@ -52,6 +53,15 @@ vet:
 
 test: build controlplane vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Fuzzing, each target for FUZZTIME; `make test` runs their seed corpora (testdata/fuzz) too.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := plugin/global:FuzzServeDNS plugin/global:FuzzParse plugin/global/watch:FuzzIndex plugin/global/writer:FuzzHostnames
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test ./$$pkg -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 # unit runs only the tests that need neither the control plane nor bin/coredns.
 unit:

@@ -28,10 +28,18 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	m.Authoritative = true
 	snap := g.index.Snapshot()
 
-	switch n := parseName(qname, zone); n.kind {
-	case kindApex:
+	switch n := parseName(qname, zone); {
+	case r.Opcode != dns.OpcodeQuery:
+		// The server passes NOTIFY on to plugins; there is nothing to notify us of.
+		m.Authoritative = false
+		m.Rcode = dns.RcodeNotImplemented
+	case state.QType() == dns.TypeAXFR || state.QType() == dns.TypeIXFR:
+		// Zone transfers are not offered: the zone is computed, not stored.
+		m.Authoritative = false
+		m.Rcode = dns.RcodeRefused
+	case n.kind == kindApex:
 		g.apex(state, m, snap)
-	case kindNameserver:
+	case n.kind == kindNameserver:
 		g.nameserver(state, m, snap)
 	default:
 		if !g.index.Ready() {
@@ -93,6 +101,9 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 		m.Answer = g.addrs(state.QName(), view.AAAA)
 	case qtype == dns.TypeSRV:
 		m.Answer, m.Extra = g.srv(state.QName(), state.Zone, svc.Key, view, "", "")
+	case qtype == dns.TypeANY:
+		// RFC 8482: a subset is a fine answer to ANY; the addresses are what a client wants.
+		m.Answer = append(g.addrs(state.QName(), view.A), g.addrs(state.QName(), view.AAAA)...)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}

@@ -43,7 +43,7 @@ func source() *indextest.Source {
 	return src
 }
 
-func newGlobal(t *testing.T, src index.Source, keys ...index.Key) *Global {
+func newGlobal(t testing.TB, src index.Source, keys ...index.Key) *Global {
 	t.Helper()
 	ix := index.New(indextest.Topology(), src)
 	for _, k := range append(keys, foo, index.Key{Namespace: "db", Name: "empty"}) {
@@ -158,6 +158,9 @@ func TestAnswers(t *testing.T) {
 		{"global.", dns.TypeNS, dns.RcodeSuccess, []string{"global. 5 IN NS ns1.dns.global."}, nil, nil},
 		{"global.", dns.TypeA, dns.RcodeSuccess, nil, []string{soa}, nil},
 		{"dns.global.", dns.TypeA, dns.RcodeSuccess, nil, []string{soa}, nil},
+		// ANY: the addresses (RFC 8482 allows a subset); unknown types: NODATA.
+		{"west.foo.db.global.", dns.TypeANY, dns.RcodeSuccess, []string{"west.foo.db.global. 5 IN A 10.96.0.1", "west.foo.db.global. 5 IN AAAA fd00::1"}, nil, nil},
+		{"foo.db.global.", 65000, dns.RcodeSuccess, nil, []string{soa}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.qname+"/"+dns.TypeToString[tc.qtype], func(t *testing.T) {
@@ -177,6 +180,21 @@ func TestAnswers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRefusedAndNotImplemented(t *testing.T) {
+	g := newGlobal(t, source())
+	for _, qtype := range []uint16{dns.TypeAXFR, dns.TypeIXFR} {
+		if m := query(t, g, "global.", qtype); m.Rcode != dns.RcodeRefused || len(m.Answer) != 0 {
+			t.Errorf("%s: %s, want REFUSED", dns.TypeToString[qtype], dns.RcodeToString[m.Rcode])
+		}
+	}
+	r := new(dns.Msg)
+	r.SetNotify("global.")
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	if _, err := g.ServeDNS(context.Background(), rec, r); err != nil || rec.Msg == nil || rec.Msg.Rcode != dns.RcodeNotImplemented {
+		t.Errorf("NOTIFY: %v %v, want NOTIMP", err, rec.Msg)
 	}
 }
 

@@ -158,8 +158,12 @@ func parse(c *caddy.Controller) (*config, error) {
 }
 
 func parseStanza(c *caddy.Controller) (*config, error) {
+	zones, err := parseZones(c, c.RemainingArgs())
+	if err != nil {
+		return nil, err
+	}
 	cfg := &config{
-		zones:          plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), []string{defaultZone}),
+		zones:          zones,
 		topology:       index.Topology{Local: defaultCluster, Keys: index.DefaultKeys, Locality: map[string]map[string]string{}},
 		ttl:            defaultTTL,
 		startupTimeout: defaultStartupTimeout,
@@ -173,11 +177,6 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			Duration: writer.DefaultLeaseDuration, RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
 		},
 		g: &Global{},
-	}
-	for _, z := range cfg.zones {
-		if !validZone(z) {
-			return nil, c.Errf("zone %q is not a domain name made of DNS labels", z)
-		}
 	}
 	seen := map[string]bool{}
 	for c.NextBlock() {
@@ -318,6 +317,27 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			leaderelection.JitterFactor, cfg.election.Duration, cfg.election.RenewDeadline, cfg.election.RetryPeriod)
 	}
 	return cfg, nil
+}
+
+// parseZones normalizes the zone arguments (default: global.); each must be a domain name.
+func parseZones(c *caddy.Controller, args []string) ([]string, error) {
+	if len(args) == 0 {
+		return []string{defaultZone}, nil
+	}
+	var zones []string
+	for _, a := range args {
+		zs := plugin.Host(a).NormalizeExact()
+		if len(zs) == 0 {
+			return nil, c.Errf("zone %q is not a domain name made of DNS labels", a)
+		}
+		for _, z := range zs {
+			if !validZone(z) {
+				return nil, c.Errf("zone %q is not a domain name made of DNS labels", z)
+			}
+		}
+		zones = append(zones, zs...)
+	}
+	return zones, nil
 }
 
 // namesArg parses a list of namespace names.

@@ -130,6 +130,7 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n export_selector a=(\n}", "export_selector"},
 		{"global under_score.example", `zone "under_score.example." is not a domain name`},
 		{"global .", `zone "." is not a domain name`},
+		{"global \"" + strings.Repeat("0", 64) + "\"", "is not a domain name"}, // found by FuzzParse
 		{"global\nglobal", "this plugin can only be used once per Server Block"},
 		{"global {\n endpointslices maybe\n}", `endpointslices takes on or off, not "maybe"`},
 		{"global {\n endpointslice_size 0\n}", "endpointslice_size must be an integer in [1, 1000]"},

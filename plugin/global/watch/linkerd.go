@@ -80,7 +80,7 @@ func remoteName(s *corev1.Service, cluster string, p *problems) (string, bool) {
 		return name, true
 	}
 	name, ok := strings.CutSuffix(s.Name, "-"+cluster)
-	if !ok || name == "" {
+	if !ok || len(validation.IsDNS1123Label(name)) > 0 {
 		p.add(ReasonNoRemoteName, "no "+AnnotationRemoteFQName+" annotation and the name does not end in -"+cluster)
 		return "", false
 	}
@@ -91,7 +91,9 @@ func remoteName(s *corev1.Service, cluster string, p *problems) (string, bool) {
 // localMember classifies a Service seen by the export-selected informer: only a headless Service
 // that is not itself a mirror is a member, of the global service of the same name.
 func localMember(s *corev1.Service) (*index.Member, index.Key) {
-	if s.Labels[LabelMirroredService] == "true" || s.Spec.ClusterIP != corev1.ClusterIPNone {
+	// The API only stores Services with valid names; a cache fed otherwise must not create an
+	// unnamed global service.
+	if s.Labels[LabelMirroredService] == "true" || s.Spec.ClusterIP != corev1.ClusterIPNone || len(validation.IsDNS1123Label(s.Name)) > 0 {
 		return nil, index.Key{}
 	}
 	return &index.Member{Namespace: s.Namespace, Name: s.Name, Ports: servicePorts(s)}, index.Key{Namespace: s.Namespace, Name: s.Name}

@@ -111,8 +111,10 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 			ep.Pod = e.TargetRef.Name
 		}
 		for _, a := range e.Addresses {
+			// Kubernetes validates addresses; a cache can still hold anything. An IPv4-mapped IPv6
+			// address would answer AAAA for an IPv4 endpoint and name it with dots.
 			ip, err := netip.ParseAddr(a)
-			if err != nil || ip.Zone() != "" || (fam == index.IPv4) != ip.Is4() {
+			if err != nil || ip.Zone() != "" || ip.Is4In6() || (fam == index.IPv4) != ip.Is4() {
 				p.add(ReasonBadAddress, "address "+quote(a))
 				continue
 			}

@@ -110,6 +110,7 @@ func TestConvertSlice(t *testing.T) {
 			{Addresses: []string{"10.0.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Terminating: ptr.To(true)}},
 			{Addresses: []string{"10.0.0.3"}, Hostname: ptr.To("Not_A_Label")},
 			{Addresses: []string{"fd00::1", "nonsense"}},
+			{Addresses: []string{"::ffff:10.0.0.9"}},
 		},
 	}
 	p := problems{}
@@ -131,7 +132,7 @@ func TestConvertSlice(t *testing.T) {
 			t.Errorf("endpoint %d:\n got %+v\nwant %+v", i, g, w)
 		}
 	}
-	wantReasons := []string{ReasonPortWithoutNumber, ReasonBadHostname, ReasonBadAddress, ReasonBadAddress}
+	wantReasons := []string{ReasonPortWithoutNumber, ReasonBadHostname, ReasonBadAddress, ReasonBadAddress, ReasonBadAddress}
 	if !slices.Equal(p.reasons, wantReasons) {
 		t.Errorf("problems %v, want %v", p.reasons, wantReasons)
 	}
