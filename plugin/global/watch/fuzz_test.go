@@ -35,7 +35,7 @@ func FuzzIndex(f *testing.F) {
 		{mirror, sliceJSON("FQDN", `{"addresses":["foo.example.com"]}`), true},
 		{mirror, sliceJSON("IPv4", `{"addresses":["10.0.0.1"]}`, `{"addresses":["10.0.0.1"],"hostname":"foo-0"}`, `{"addresses":["10.0.0.2"],"hostname":"foo-0"}`), true},
 		{mirror, sliceJSON("IPv4", many...), true},
-		{mirror, sliceJSON("IPv4", `{"addresses":["10.0.0.1"],"hostname":"` + strings.Repeat("h", 70) + `"}`, `{"addresses":["10.0.0.2"],"hostname":"Not_A.Label"}`), true},
+		{mirror, sliceJSON("IPv4", `{"addresses":["10.0.0.1"],"hostname":"`+strings.Repeat("h", 70)+`"}`, `{"addresses":["10.0.0.2"],"hostname":"Not_A.Label"}`), true},
 		{strings.Replace(mirror, `"name":"db","port":5432`, `"port":5432`, 1), sliceJSON("IPv4", `{"addresses":["10.0.0.1"],"hostname":"foo-0"}`), true},
 		{strings.Replace(mirror, `,"annotations":{"mirror.linkerd.io/remote-svc-fq-name":"foo.db.svc.cluster.local"}`, ``, 1), sliceJSON("IPv4", `{"addresses":["10.0.0.1"]}`), true},
 		{strings.Replace(mirror, `"cluster-name":"west"`, `"cluster-name":"`+strings.Repeat("W", 70)+`"`, 1), sliceJSON("IPv4"), true},
