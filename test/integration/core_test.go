@@ -31,10 +31,14 @@ const corefile = `global:{{.Port}} {
 // per-pod ClusterIP listens on 5432.
 var dbPorts = []harness.Port{{Name: "db", Port: 5432, TargetPort: 15432}}
 
-func mirror(ns, cluster string, ready ...bool) harness.Mirror {
-	m := harness.Mirror{Namespace: ns, Service: "foo", Cluster: cluster, Ports: dbPorts, Labels: map[string]string{"app": "foo"}}
+// mirror is Linkerd's mirror of foo from cluster, with endpoints foo-0, foo-1, ... ready or not.
+func mirror(ns, cluster string, ready ...bool) harness.Mirror { return mirrorOf(ns, "foo", cluster, ready...) }
+
+// mirrorOf is mirror for any service.
+func mirrorOf(ns, svc, cluster string, ready ...bool) harness.Mirror {
+	m := harness.Mirror{Namespace: ns, Service: svc, Cluster: cluster, Ports: dbPorts, Labels: map[string]string{"app": svc}}
 	for i, r := range ready {
-		m.Endpoints = append(m.Endpoints, harness.RemoteEndpoint{Hostname: fmt.Sprintf("foo-%d", i), Ready: r})
+		m.Endpoints = append(m.Endpoints, harness.RemoteEndpoint{Hostname: fmt.Sprintf("%s-%d", svc, i), Ready: r})
 	}
 	return m
 }

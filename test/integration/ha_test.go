@@ -158,6 +158,12 @@ func TestHA(t *testing.T) {
 		if err := answers(t, c, fooNS, 7); err != nil {
 			t.Errorf("with the API server down: %v", err)
 		}
+		// Ready stays ready: the replica answers, from what it had.
+		if resp, err := http.Get("http://" + c.ReadyAddr + "/ready"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("with the API server down, /ready of %s: %v %v", c.Addr, err, resp)
+		} else {
+			resp.Body.Close()
+		}
 	}
 	must(t, cp.StartAPIServer(ctx))
 	pool.check(t, "the API server outage")
