@@ -32,7 +32,9 @@ const corefile = `global:{{.Port}} {
 var dbPorts = []harness.Port{{Name: "db", Port: 5432, TargetPort: 15432}}
 
 // mirror is Linkerd's mirror of foo from cluster, with endpoints foo-0, foo-1, ... ready or not.
-func mirror(ns, cluster string, ready ...bool) harness.Mirror { return mirrorOf(ns, "foo", cluster, ready...) }
+func mirror(ns, cluster string, ready ...bool) harness.Mirror {
+	return mirrorOf(ns, "foo", cluster, ready...)
+}
 
 // mirrorOf is mirror for any service.
 func mirrorOf(ns, svc, cluster string, ready ...bool) harness.Mirror {

@@ -56,7 +56,9 @@ func TestHostileClusterState(t *testing.T) {
 		t.Helper()
 		must(t, expect(t, c, "bar."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+bar.ClusterIPs["bar-0"]))
 	}
-	eventually(t, "the bystander", func() error { return expect(t, c, "bar."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+bar.ClusterIPs["bar-0"]) })
+	eventually(t, "the bystander", func() error {
+		return expect(t, c, "bar."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+bar.ClusterIPs["bar-0"])
+	})
 	skipped := func(reason string) string { return metric(t, c, `coredns_global_skipped_total{reason="`+reason+`"}`) }
 	logged := func(s string) int { return strings.Count(c.Logs(), s) }
 
