@@ -2,6 +2,7 @@ package global
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -33,16 +34,16 @@ func (g *Global) addrs(owner string, rs []index.Record) []dns.RR {
 	}
 	out := make([]dns.RR, len(rs))
 	for i := range rs {
-		out[i] = g.addr(owner, &rs[i])
+		out[i] = g.addr(owner, rs[i].Addr)
 	}
 	return out
 }
 
-func (g *Global) addr(owner string, r *index.Record) dns.RR {
-	if r.Addr.Is4() {
-		return &dns.A{Hdr: g.hdr(owner, dns.TypeA), A: net.IP(r.Addr.AsSlice())}
+func (g *Global) addr(owner string, a netip.Addr) dns.RR {
+	if a.Is4() {
+		return &dns.A{Hdr: g.hdr(owner, dns.TypeA), A: net.IP(a.AsSlice())}
 	}
-	return &dns.AAAA{Hdr: g.hdr(owner, dns.TypeAAAA), AAAA: net.IP(r.Addr.AsSlice())}
+	return &dns.AAAA{Hdr: g.hdr(owner, dns.TypeAAAA), AAAA: net.IP(a.AsSlice())}
 }
 
 // srv returns one SRV record per target and port matching port/proto ("" matches any), and the
@@ -52,7 +53,7 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 		return (port == "" || p.Name == port) && (proto == "" || strings.EqualFold(p.Protocol, proto))
 	}
 	var perTier [256]int
-	for _, t := range v.Targets {
+	for t := range v.Targets() {
 		for _, p := range t.Ports {
 			if match(p) {
 				perTier[t.Tier]++
@@ -60,7 +61,7 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 		}
 	}
 	suffix := "." + k.Name + "." + k.Namespace + "." + zone
-	for _, t := range v.Targets {
+	for t := range v.Targets() {
 		target := ""
 		for _, p := range t.Ports {
 			if !match(p) {
@@ -89,7 +90,7 @@ func (g *Global) glue(owner string, types ...uint16) []dns.RR {
 	for _, a := range g.nsAddrs {
 		for _, t := range types {
 			if a.Is4() == (t == dns.TypeA) {
-				out = append(out, g.addr(owner, &index.Record{Addr: a}))
+				out = append(out, g.addr(owner, a))
 			}
 		}
 	}

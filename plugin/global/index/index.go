@@ -221,8 +221,8 @@ func readyPerCluster(s *Service) map[string]int {
 		return nil
 	}
 	out := make(map[string]int, len(s.clusters))
-	for c, v := range s.clusters {
-		out[c] = len(v.A) + len(v.AAAA)
+	for _, c := range s.clusters {
+		out[c.name] = c.a[1] - c.a[0] + c.aaaa[1] - c.aaaa[0]
 	}
 	return out
 }

@@ -78,7 +78,7 @@ func TestBuildOrdersByTier(t *testing.T) {
 	}
 
 	var targets []string
-	for _, tg := range svc.All().Targets {
+	for tg := range svc.All().Targets() {
 		targets = append(targets, fmt.Sprintf("%d %s.%s %v", tg.Tier, tg.Host, tg.Cluster, tg.Ports[0].Port))
 	}
 	wantTargets := []string{"0 foo-0.east 5432", "0 foo-1.east 5432", "1 foo-0.west 5432", "1 foo-1.west 5432", "2 foo-0.north 5432"}
@@ -91,8 +91,8 @@ func TestViews(t *testing.T) {
 	svc := indextest.Topology().Build(foo, scenario())
 
 	west, ok := svc.Cluster("west")
-	if !ok || !slices.Equal(describe(west.A), []string{"1 west foo-0 10.96.0.20", "1 west foo-1 10.96.0.10"}) || len(west.Targets) != 2 {
-		t.Errorf("Cluster(west) = %v %v, %v", describe(west.A), west.Targets, ok)
+	if !ok || !slices.Equal(describe(west.A), []string{"1 west foo-0 10.96.0.20", "1 west foo-1 10.96.0.10"}) || len(slices.Collect(west.Targets())) != 2 {
+		t.Errorf("Cluster(west) = %v, %v", describe(west.A), ok)
 	}
 	east, _ := svc.Cluster("east")
 	if len(east.A) != 2 {
@@ -107,7 +107,7 @@ func TestViews(t *testing.T) {
 	}
 
 	pod, ok := svc.Host("west", "foo-1")
-	if !ok || !slices.Equal(describe(pod.A), []string{"1 west foo-1 10.96.0.10"}) || len(pod.Targets) != 1 {
+	if !ok || !slices.Equal(describe(pod.A), []string{"1 west foo-1 10.96.0.10"}) || len(slices.Collect(pod.Targets())) != 1 {
 		t.Errorf("Host(west, foo-1) = %v, %v", describe(pod.A), ok)
 	}
 	for _, h := range [][2]string{{"east", "foo-2"}, {"west", "foo-9"}, {"nowhere", "foo-0"}} {
@@ -121,20 +121,24 @@ func TestBuildDualStackAndDuplicates(t *testing.T) {
 	src := indextest.New()
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
 		indextest.Slice("v4", dbPort, indextest.Endpoint("foo-0", "10.0.0.1")),
-		indextest.Slice("v6", dbPort, indextest.Endpoint("foo-0", "fd00::1")),
+		indextest.Slice("v6", dbPort, indextest.Endpoint("foo-0", "fd00::1"), indextest.Endpoint("foo-9", "fd00::9")),
 		// The same endpoint in a second slice, for a moment, not ready there.
 		indextest.Slice("v4-moving", dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1"))),
 	)
 	svc := indextest.Topology().Build(foo, src)
-	if len(svc.Records) != 2 {
-		t.Fatalf("got %d records, want 2 (duplicate address merged): %v", len(svc.Records), describe(svc.Records))
+	if len(svc.Records) != 3 {
+		t.Fatalf("got %d records, want 3 (duplicate address merged): %v", len(svc.Records), describe(svc.Records))
 	}
 	all := svc.All()
-	if len(all.A) != 1 || len(all.AAAA) != 1 || len(all.Targets) != 1 {
-		t.Fatalf("A %d AAAA %d targets %d, want 1 1 1", len(all.A), len(all.AAAA), len(all.Targets))
+	targets := slices.Collect(all.Targets())
+	if len(all.A) != 1 || len(all.AAAA) != 2 || len(targets) != 2 {
+		t.Fatalf("A %d AAAA %d targets %d, want 1 2 2", len(all.A), len(all.AAAA), len(targets))
 	}
-	if tg := all.Targets[0]; len(tg.A) != 1 || len(tg.AAAA) != 1 {
+	if tg := targets[0]; len(tg.A) != 1 || len(tg.AAAA) != 1 {
 		t.Errorf("the dual-stack target has %d A and %d AAAA, want 1 and 1", len(tg.A), len(tg.AAAA))
+	}
+	if tg := targets[1]; tg.Host != "foo-9" || len(tg.A) != 0 || len(tg.AAAA) != 1 {
+		t.Errorf("the IPv6-only target: %s with %d A and %d AAAA, want foo-9 with 0 and 1", tg.Host, len(tg.A), len(tg.AAAA))
 	}
 }
 
@@ -166,7 +170,7 @@ func TestBuildPortMismatch(t *testing.T) {
 		indextest.Slice("a", []index.Port{{Name: "db", Port: 1, Protocol: "TCP"}, {Name: "admin", Port: 2, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "10.96.0.1")))
 	svc := indextest.Topology().Build(foo, src)
-	if ps := svc.All().Targets[0].Ports; !slices.Equal(ps, dbPort) {
+	if ps := slices.Collect(svc.All().Targets())[0].Ports; !slices.Equal(ps, dbPort) {
 		t.Errorf("ports %v, want only the Service port matched by name %v", ps, dbPort)
 	}
 	if len(svc.Warnings) != 1 || svc.Warnings[0].Reason != index.ReasonPortMismatch {

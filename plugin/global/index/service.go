@@ -14,34 +14,51 @@ type Service struct {
 	// Members are the accepted member Services: the local one first, then mirrors by cluster.
 	Members []*Member
 	// Records holds every address of every member, ready or not, ordered: ready first, then IPv4
-	// before IPv6, then by tier, cluster, host and address. The views below are sub-slices of it.
+	// before IPv6, then by tier, cluster, host and address. Views are sub-slices of it.
 	Records []Record
 	// Warnings lists surprising input met while building (skipped members, duplicate hostnames, ...).
 	Warnings []Warning
 
-	all      View
-	clusters map[string]View
+	v4, ready int          // Records[:v4] are the ready IPv4 records, Records[v4:ready] the IPv6 ones
+	clusters  []clusterRun // where each member cluster's ready records are
+}
+
+// clusterRun locates one cluster's ready records: Records[a[0]:a[1]] (IPv4), Records[aaaa[0]:aaaa[1]].
+type clusterRun struct {
+	name    string
+	a, aaaa [2]int
 }
 
 // All returns the ready records of every member.
-func (s *Service) All() View { return s.all }
+func (s *Service) All() View {
+	return View{A: s.Records[:s.v4:s.v4], AAAA: s.Records[s.v4:s.ready:s.ready]}
+}
 
 // Cluster returns the ready records of one member cluster; ok is false when no member is from it.
-func (s *Service) Cluster(cluster string) (v View, ok bool) {
-	v, ok = s.clusters[cluster]
-	return v, ok
+func (s *Service) Cluster(cluster string) (View, bool) {
+	for i := range s.clusters {
+		if c := &s.clusters[i]; c.name == cluster {
+			return View{A: s.Records[c.a[0]:c.a[1]:c.a[1]], AAAA: s.Records[c.aaaa[0]:c.aaaa[1]:c.aaaa[1]]}, true
+		}
+	}
+	return View{}, false
 }
 
 // Host returns the ready records of one endpoint; ok is false when it has none.
 func (s *Service) Host(cluster, host string) (View, bool) {
-	cv := s.clusters[cluster]
-	ts := cv.Targets
-	i := sort.Search(len(ts), func(i int) bool { return ts[i].Host >= host })
-	if i == len(ts) || ts[i].Host != host {
-		return View{}, false
+	c, _ := s.Cluster(cluster)
+	v := View{A: hostRun(c.A, host), AAAA: hostRun(c.AAAA, host)}
+	return v, !v.Empty()
+}
+
+// hostRun returns the records of host in rs, one cluster's records sorted by host.
+func hostRun(rs []Record, host string) []Record {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].Host >= host })
+	j := i
+	for j < len(rs) && rs[j].Host == host {
+		j++
 	}
-	t := ts[i : i+1]
-	return View{A: t[0].A, AAAA: t[0].AAAA, Targets: t}, true
+	return rs[i:j:j]
 }
 
 // Warning is surprising input met while building a service: Reason is a metric label, Detail a log line.
@@ -75,41 +92,44 @@ func (t *Topology) Build(k Key, src Source) *Service {
 		cluster, host string
 		addr          netip.Addr
 	}
-	seen := map[hostAddr]int{}
-	for _, m := range s.Members {
+	slicesOf := make([][]*Slice, len(s.Members))
+	total := 0
+	for i, m := range s.Members {
+		slicesOf[i] = src.Slices(m)
+		for _, sl := range slicesOf[i] {
+			total += len(sl.Endpoints)
+		}
+	}
+	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
+	seen := make(map[hostAddr]int, total)
+	for i, m := range s.Members {
 		cluster, zone := m.Cluster, t.Zone(m.Cluster)
 		if m.Local() {
 			cluster, zone = t.Local, ""
 		}
 		tier := t.Tier(cluster)
-		for _, sl := range src.Slices(m) {
+		for _, sl := range slicesOf[i] {
 			ports := sl.Ports
 			if !m.Local() {
 				ports = servicePorts(m, sl.Ports, &s.Warnings)
 			}
-			for _, ep := range sl.Endpoints {
-				z := zone
-				if m.Local() {
-					z = ep.Zone
+			for e := range sl.Endpoints {
+				ep := &sl.Endpoints[e]
+				r := Record{Endpoint: ep, Cluster: cluster, Zone: zone, Ports: ports, Tier: tier}
+				if ep.Local != nil {
+					r.Zone = ep.Local.Zone
 				}
-				for _, a := range ep.Addrs {
-					r := Record{
-						Cluster: cluster, Host: ep.Host, Addr: a, Tier: tier,
-						Ready: ep.Ready, Serving: ep.Serving, Terminating: ep.Terminating,
-						Zone: z, NodeName: ep.NodeName, Pod: ep.Pod, Ports: ports,
+				// The same address may sit in two slices for a moment (slice rebalancing); keep
+				// one record, ready if either copy is.
+				key := hostAddr{cluster, ep.Host, ep.Addr}
+				if j, dup := seen[key]; dup {
+					if r.Ready && !s.Records[j].Ready {
+						s.Records[j] = r
 					}
-					// The same address may sit in two slices for a moment (slice rebalancing); keep
-					// one record, ready if either copy is.
-					key := hostAddr{cluster, ep.Host, a}
-					if i, dup := seen[key]; dup {
-						if r.Ready && !s.Records[i].Ready {
-							s.Records[i] = r
-						}
-						continue
-					}
-					seen[key] = len(s.Records)
-					s.Records = append(s.Records, r)
+					continue
 				}
+				seen[key] = len(s.Records)
+				s.Records = append(s.Records, r)
 			}
 		}
 	}
@@ -145,6 +165,10 @@ func (t *Topology) acceptMembers(in []*Member, warn *[]Warning) []*Member {
 // servicePorts maps a mirror slice's ports (the remote target ports) to the mirror Service's ports
 // by name: the per-pod ClusterIP behind each address listens on the Service port, not the target port.
 func servicePorts(m *Member, ports []Port, warn *[]Warning) []Port {
+	// Usually the names are the Service's, in its order: share its ports, allocate nothing.
+	if slices.EqualFunc(ports, m.Ports, func(a, b Port) bool { return a.Name == b.Name }) {
+		return m.Ports
+	}
 	out := make([]Port, 0, len(ports))
 	for _, p := range ports {
 		i := slices.IndexFunc(m.Ports, func(sp Port) bool { return sp.Name == p.Name })
@@ -179,68 +203,36 @@ func compareRecords(a, b Record) int {
 	return a.Addr.Compare(b.Addr)
 }
 
-// index cuts the sorted records into the views DNS answers from, so queries never sort.
+// index finds the views DNS answers from in the sorted records, so queries never sort.
 func (s *Service) index(local string) {
-	ready := s.Records[:prefixLen(s.Records, func(r *Record) bool { return r.Ready })]
-	v4 := prefixLen(ready, func(r *Record) bool { return r.Family() == IPv4 })
-	s.all = View{A: ready[:v4:v4], AAAA: ready[v4:len(ready):len(ready)]}
-
-	// Targets: one per (cluster, host) with the addresses of both families. Within a family the
-	// records of one (cluster, host) are adjacent, so each target's addresses are a sub-slice.
-	type ch struct{ cluster, host string }
-	at := map[ch]int{}
-	for _, fam := range []Family{IPv4, IPv6} {
-		rs := s.all.A
-		if fam == IPv6 {
-			rs = s.all.AAAA
-		}
-		for i := 0; i < len(rs); {
-			j := i + 1
-			for j < len(rs) && rs[j].Cluster == rs[i].Cluster && rs[j].Host == rs[i].Host {
-				j++
-			}
-			k := ch{rs[i].Cluster, rs[i].Host}
-			n, ok := at[k]
-			if !ok {
-				n = len(s.all.Targets)
-				at[k] = n
-				s.all.Targets = append(s.all.Targets, Target{Tier: rs[i].Tier, Cluster: k.cluster, Host: k.host, Ports: rs[i].Ports})
-			}
-			if fam == IPv4 {
-				s.all.Targets[n].A = rs[i:j:j]
-			} else {
-				s.all.Targets[n].AAAA = rs[i:j:j]
-			}
-			i = j
-		}
-	}
-	slices.SortFunc(s.all.Targets, func(a, b Target) int {
-		if c := cmp.Compare(a.Tier, b.Tier); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.Cluster, b.Cluster); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Host, b.Host)
-	})
-	for _, t := range s.all.Targets {
-		if len(t.A) > 1 || len(t.AAAA) > 1 {
-			warnf(&s.Warnings, ReasonDuplicateHost, "cluster %q has several endpoints with hostname %q: its per-pod name answers all of them", t.Cluster, t.Host)
-		}
-	}
-
-	s.clusters = make(map[string]View, len(s.Members))
+	s.ready = prefixLen(s.Records, func(r *Record) bool { return r.Ready })
+	s.v4 = prefixLen(s.Records[:s.ready], func(r *Record) bool { return r.Family() == IPv4 })
+	all := s.All()
 	for _, m := range s.Members {
 		c := m.Cluster
 		if m.Local() {
 			c = local
 		}
-		s.clusters[c] = View{
-			A:       run(s.all.A, func(r Record) string { return r.Cluster }, c),
-			AAAA:    run(s.all.AAAA, func(r Record) string { return r.Cluster }, c),
-			Targets: run(s.all.Targets, func(t Target) string { return t.Cluster }, c),
+		s.clusters = append(s.clusters, clusterRun{name: c, a: span(0, all.A, c), aaaa: span(s.v4, all.AAAA, c)})
+	}
+	for t := range all.Targets() {
+		if len(t.A) > 1 || len(t.AAAA) > 1 {
+			warnf(&s.Warnings, ReasonDuplicateHost, "cluster %q has several endpoints with hostname %q: its per-pod name answers all of them", t.Cluster, t.Host)
 		}
 	}
+}
+
+// span returns where cluster's records are in Records, given rs = Records[offset:...].
+func span(offset int, rs []Record, cluster string) [2]int {
+	i := slices.IndexFunc(rs, func(r Record) bool { return r.Cluster == cluster })
+	if i < 0 {
+		return [2]int{offset, offset}
+	}
+	j := i
+	for j < len(rs) && rs[j].Cluster == cluster {
+		j++
+	}
+	return [2]int{offset + i, offset + j}
 }
 
 // prefixLen returns the length of the longest prefix of rs whose records all satisfy f.
@@ -250,17 +242,4 @@ func prefixLen(rs []Record, f func(*Record) bool) int {
 		n++
 	}
 	return n
-}
-
-// run returns the adjacent elements of xs whose key is want.
-func run[T any](xs []T, key func(T) string, want string) []T {
-	i := slices.IndexFunc(xs, func(x T) bool { return key(x) == want })
-	if i < 0 {
-		return nil
-	}
-	j := i
-	for j < len(xs) && key(xs[j]) == want {
-		j++
-	}
-	return xs[i:j:j]
 }

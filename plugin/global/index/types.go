@@ -4,6 +4,8 @@
 package index
 
 import (
+	"cmp"
+	"iter"
 	"net/netip"
 )
 
@@ -49,14 +51,19 @@ type Slice struct {
 
 // Endpoint is one endpoint of a Slice. Conditions follow EndpointSlice semantics with nil resolved.
 type Endpoint struct {
-	Host        string // a DNS label; the dashed address when the slice has no hostname
-	Addrs       []netip.Addr
+	Host        string     // a DNS label; the dashed address when the slice has none
+	Addr        netip.Addr // the first address, the one Kubernetes' own consumers use
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	Zone        string // local pods only
-	NodeName    string // local pods only
-	Pod         string // targetRef name of a local pod
+	Local       *Placement // where a local pod runs; nil for mirrored endpoints
+}
+
+// Placement is where a local pod runs: only this cluster's endpoints have one.
+type Placement struct {
+	Zone     string
+	NodeName string
+	Pod      string // targetRef name
 }
 
 // Source is what the index reads to build a global service: the watcher's informer caches.
@@ -68,19 +75,14 @@ type Source interface {
 	Slices(m *Member) []*Slice
 }
 
-// Record is one address of one endpoint of one member cluster.
+// Record is one endpoint of one member cluster, as answered: 72 bytes, the endpoint itself shared
+// with the watcher's cache.
 type Record struct {
-	Cluster     string // this cluster's name for local pods
-	Host        string
-	Addr        netip.Addr
-	Tier        uint8
-	Ready       bool
-	Serving     bool
-	Terminating bool
-	Zone        string // the pod's zone (local) or the cluster's zone locality (mirrors)
-	NodeName    string
-	Pod         string
-	Ports       []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
+	*Endpoint        // host, address, conditions, placement
+	Cluster   string // this cluster's name for local pods
+	Zone      string // the pod's zone (local) or the cluster's zone locality (mirrors)
+	Ports     []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
+	Tier      uint8
 }
 
 // Family returns the record's address family.
@@ -103,8 +105,56 @@ type Target struct {
 // View is the ready part of a global service in one scope (all, a cluster, one host), in answer order.
 type View struct {
 	A, AAAA []Record
-	Targets []Target
 }
 
 // Empty reports whether the view has no ready address.
 func (v View) Empty() bool { return len(v.A) == 0 && len(v.AAAA) == 0 }
+
+// Targets yields the view's endpoints in answer order, each with its addresses of both families.
+// Both families are sorted by (tier, cluster, host), so this merges them without sorting.
+func (v View) Targets() iter.Seq[Target] {
+	return func(yield func(Target) bool) {
+		a, aaaa := v.A, v.AAAA
+		for len(a) > 0 || len(aaaa) > 0 {
+			var t Target
+			switch c := compareHeads(a, aaaa); {
+			case c < 0:
+				t, a = target(a)
+			case c > 0:
+				t, aaaa = target(aaaa)
+				t.A, t.AAAA = nil, t.A
+			default:
+				t, a = target(a)
+				var six Target
+				six, aaaa = target(aaaa)
+				t.AAAA = six.A
+			}
+			if !yield(t) {
+				return
+			}
+		}
+	}
+}
+
+// target takes the records of the endpoint at the head of rs (adjacent, same cluster and host),
+// returned in the target's A field.
+func target(rs []Record) (Target, []Record) {
+	j := 1
+	for j < len(rs) && rs[j].Cluster == rs[0].Cluster && rs[j].Host == rs[0].Host {
+		j++
+	}
+	r := &rs[0]
+	return Target{Tier: r.Tier, Cluster: r.Cluster, Host: r.Host, Ports: r.Ports, A: rs[:j:j]}, rs[j:]
+}
+
+// compareHeads orders the endpoints at the heads of a and b; an empty list comes last.
+func compareHeads(a, b []Record) int {
+	switch {
+	case len(a) == 0:
+		return 1
+	case len(b) == 0:
+		return -1
+	}
+	x, y := &a[0], &b[0]
+	return cmp.Or(cmp.Compare(x.Tier, y.Tier), cmp.Compare(x.Cluster, y.Cluster), cmp.Compare(x.Host, y.Host))
+}

@@ -106,7 +106,7 @@ func checkService(t *testing.T, g *index.Service) {
 		}
 	}
 	seen := map[string]bool{}
-	for _, tg := range all.Targets {
+	for tg := range all.Targets() {
 		for _, l := range []string{tg.Host, tg.Cluster} {
 			if errs := validation.IsDNS1123Label(l); len(errs) > 0 {
 				t.Fatalf("label %q of a target: %v", l, errs)

@@ -104,7 +104,7 @@ func servicePorts(s *corev1.Service) []index.Port {
 	for _, p := range s.Spec.Ports {
 		out = append(out, index.Port{Name: p.Name, Port: p.Port, Protocol: protocol(p.Protocol)})
 	}
-	return out
+	return intern(out)
 }
 
 func protocol(p corev1.Protocol) string {

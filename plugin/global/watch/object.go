@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -14,6 +16,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -22,29 +25,35 @@ import (
 
 // service is a Service as the index sees it.
 type service struct {
-	metav1.TypeMeta
-	metav1.ObjectMeta // name, namespace and resourceVersion only
-
+	meta
 	member *index.Member // nil: not a member of any global service
 	global index.Key
 }
 
 // slice is an EndpointSlice as the index sees it.
 type slice struct {
-	metav1.TypeMeta
-	metav1.ObjectMeta
-
+	meta
 	service string       // kubernetes.io/service-name
 	slice   *index.Slice // nil: skipped
 }
 
+// meta is all of an object's metadata the informer needs (its store's key, the version): three
+// strings instead of an ObjectMeta, which would be most of a small object's footprint.
+type meta struct{ namespace, name, resourceVersion string }
+
+func slimMeta(m *metav1.ObjectMeta) meta { return meta{m.Namespace, m.Name, m.ResourceVersion} }
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor, through which the informer keys objects.
+func (m *meta) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: m.namespace, Name: m.name, ResourceVersion: m.resourceVersion}
+}
+
+// GetObjectKind implements runtime.Object.
+func (*meta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
 // The stored objects are never mutated, so a shallow copy is a deep copy.
 func (s *service) DeepCopyObject() runtime.Object { c := *s; return &c }
 func (s *slice) DeepCopyObject() runtime.Object   { c := *s; return &c }
-
-func slimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion, UID: m.UID}
-}
 
 // transform returns the informer transform for one kind of source (mirrors or local services).
 // It must never fail (an error would stall the informer) and must be idempotent.
@@ -53,7 +62,7 @@ func transform(mirror bool) func(any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:
 			p := problems{kind: "Service", obj: o.Namespace + "/" + o.Name}
-			s := &service{ObjectMeta: slimMeta(&o.ObjectMeta)}
+			s := &service{meta: slimMeta(&o.ObjectMeta)}
 			if mirror {
 				s.member, s.global = mirrorMember(o, &p)
 			} else {
@@ -63,7 +72,7 @@ func transform(mirror bool) func(any) (any, error) {
 			return s, nil
 		case *discoveryv1.EndpointSlice:
 			p := problems{kind: "EndpointSlice", obj: o.Namespace + "/" + o.Name}
-			s := &slice{ObjectMeta: slimMeta(&o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName]}
+			s := &slice{meta: slimMeta(&o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName]}
 			if s.service == "" {
 				p.add(ReasonNoServiceLabel, "no "+discoveryv1.LabelServiceName+" label")
 			} else {
@@ -96,6 +105,7 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 		}
 		out.Ports = append(out.Ports, index.Port{Name: deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(deref(sp.Protocol, ""))})
 	}
+	out.Ports = intern(out.Ports)
 	for i := range es.Endpoints {
 		e := &es.Endpoints[i]
 		ready := deref(e.Conditions.Ready, true) // nil means ready, as in Kubernetes
@@ -104,23 +114,27 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 			// Without a serving condition (the mirroring controller sets none), serving is ready.
 			Serving:     deref(e.Conditions.Serving, ready),
 			Terminating: deref(e.Conditions.Terminating, false),
-			Zone:        deref(e.Zone, ""),
-			NodeName:    deref(e.NodeName, ""),
 		}
-		if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
-			ep.Pod = e.TargetRef.Name
+		if e.Zone != nil || e.NodeName != nil || e.TargetRef != nil {
+			ep.Local = &index.Placement{Zone: deref(e.Zone, ""), NodeName: deref(e.NodeName, "")}
+			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
+				ep.Local.Pod = e.TargetRef.Name
+			}
 		}
+		// Kubernetes validates addresses; a cache can still hold anything. An IPv4-mapped IPv6
+		// address would answer AAAA for an IPv4 endpoint and name it with dots. Only the first
+		// valid address counts, as in Kubernetes' own consumers.
 		for _, a := range e.Addresses {
-			// Kubernetes validates addresses; a cache can still hold anything. An IPv4-mapped IPv6
-			// address would answer AAAA for an IPv4 endpoint and name it with dots.
 			ip, err := netip.ParseAddr(a)
 			if err != nil || ip.Zone() != "" || ip.Is4In6() || (fam == index.IPv4) != ip.Is4() {
 				p.add(ReasonBadAddress, "address "+quote(a))
 				continue
 			}
-			ep.Addrs = append(ep.Addrs, ip)
+			if !ep.Addr.IsValid() {
+				ep.Addr = ip
+			}
 		}
-		if len(ep.Addrs) == 0 {
+		if !ep.Addr.IsValid() {
 			continue
 		}
 		ep.Host = deref(e.Hostname, "")
@@ -129,11 +143,40 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 			ep.Host = ""
 		}
 		if ep.Host == "" {
-			ep.Host = dashed(ep.Addrs[0])
+			ep.Host = dashed(ep.Addr)
 		}
 		out.Endpoints = append(out.Endpoints, ep)
 	}
 	return out
+}
+
+// interned holds one copy of each port list seen: nearly every Service and slice of a mesh has
+// one of a few port lists, and each would otherwise keep its own. Bounded, for hostile input.
+var interned sync.Map // key string -> []index.Port
+
+const maxInterned = 10000
+
+var internedCount atomic.Int64
+
+func intern(ps []index.Port) []index.Port {
+	if len(ps) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "%s/%d/%s,", p.Name, p.Port, p.Protocol)
+	}
+	if v, ok := interned.Load(b.String()); ok {
+		return v.([]index.Port)
+	}
+	if internedCount.Load() >= maxInterned {
+		return ps
+	}
+	v, loaded := interned.LoadOrStore(b.String(), ps)
+	if !loaded {
+		internedCount.Add(1)
+	}
+	return v.([]index.Port)
 }
 
 // dashed is the hostname CoreDNS's kubernetes plugin gives an endpoint without one: 10-244-1-5,

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -119,17 +120,16 @@ func TestConvertSlice(t *testing.T) {
 		t.Fatalf("slice %+v", s)
 	}
 	want := []index.Endpoint{
-		{Host: "foo-0", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Ready: true, Serving: true, Zone: "z1", NodeName: "n1", Pod: "foo-0"},
-		{Host: "10-0-0-2", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Ready: false, Serving: false, Terminating: true},
-		{Host: "10-0-0-3", Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.3")}, Ready: true, Serving: true},
+		{Host: "foo-0", Addr: netip.MustParseAddr("10.0.0.1"), Ready: true, Serving: true, Local: &index.Placement{Zone: "z1", NodeName: "n1", Pod: "foo-0"}},
+		{Host: "10-0-0-2", Addr: netip.MustParseAddr("10.0.0.2"), Ready: false, Serving: false, Terminating: true},
+		{Host: "10-0-0-3", Addr: netip.MustParseAddr("10.0.0.3"), Ready: true, Serving: true},
 	}
 	if len(s.Endpoints) != len(want) {
 		t.Fatalf("endpoints %+v", s.Endpoints)
 	}
 	for i := range want {
-		if g, w := s.Endpoints[i], want[i]; g.Host != w.Host || !slices.Equal(g.Addrs, w.Addrs) || g.Ready != w.Ready ||
-			g.Serving != w.Serving || g.Terminating != w.Terminating || g.Zone != w.Zone || g.NodeName != w.NodeName || g.Pod != w.Pod {
-			t.Errorf("endpoint %d:\n got %+v\nwant %+v", i, g, w)
+		if g, w := s.Endpoints[i], want[i]; !reflect.DeepEqual(g, w) {
+			t.Errorf("endpoint %d:\n got %+v %+v\nwant %+v %+v", i, g, g.Local, w, w.Local)
 		}
 	}
 	wantReasons := []string{ReasonPortWithoutNumber, ReasonBadHostname, ReasonBadAddress, ReasonBadAddress, ReasonBadAddress}
@@ -162,7 +162,7 @@ func TestTransformIsIdempotentAndNeverFails(t *testing.T) {
 	if err != nil || again != obj {
 		t.Errorf("second transform: %v %v", again, err)
 	}
-	if s := obj.(*service); s.member == nil || s.Name != "foo-west" || s.Namespace != "db" {
+	if s := obj.(*service); s.member == nil || s.name != "foo-west" || s.namespace != "db" {
 		t.Errorf("converted %+v", s)
 	}
 	bad, err := tr(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "x"}})

@@ -6,12 +6,15 @@ package watch
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/globaldns/global/plugin/global/index"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
@@ -25,21 +28,91 @@ type Sink interface {
 
 // Watcher runs the informers and answers index.Source from their caches.
 type Watcher struct {
-	factories []informers.SharedInformerFactory
+	informers []cache.SharedIndexInformer
 	scopes    map[string]*scope // by namespace; one scope under "" when watching all namespaces
 }
 
 // scope is the informers of one namespace (or of all): Services and EndpointSlices that Linkerd
-// mirrored here, and the local ones selected by the export selector.
+// mirrored here, and the local ones selected by the export selector, and two secondary indexes:
+// mirror Services by global service, slices by Service.
 type scope struct {
-	mirrorServices, mirrorSlices cache.SharedIndexInformer
-	localServices, localSlices   cache.SharedIndexInformer
+	mirrorServices, mirrorSlices  cache.SharedIndexInformer
+	localServices, localSlices    cache.SharedIndexInformer
+	mirrorsByGlobal               *secondary[*service]
+	mirrorSlicesBy, localSlicesBy *secondary[*slice]
 }
 
-const (
-	byGlobal  = "global"  // Services by the key of the global service they are a member of
-	byService = "service" // EndpointSlices by namespace and kubernetes.io/service-name
-)
+// secondary maps a key to the cached objects that have it, kept by the informers' handlers.
+// client-go's indexers would do, but they keep a set per indexed value: with a value per Service
+// or two, the sets were a third of the plugin's memory.
+type secondary[T interface{ objectName() string }] struct {
+	key func(T) (string, bool)
+	mu  sync.RWMutex
+	by  map[string][]T
+}
+
+func newSecondary[T interface{ objectName() string }](key func(T) (string, bool)) *secondary[T] {
+	return &secondary[T]{key: key, by: map[string][]T{}}
+}
+
+func (s *service) objectName() string { return s.name }
+func (s *slice) objectName() string   { return s.name }
+
+// set adds o, or replaces the object of the same name. Lists are copied, never changed in place:
+// readers may hold one.
+func (x *secondary[T]) set(o T) {
+	k, ok := x.key(o)
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	list := x.by[k]
+	if i := slices.IndexFunc(list, func(e T) bool { return e.objectName() == o.objectName() }); i >= 0 {
+		list = slices.Clone(list)
+		list[i] = o
+	} else {
+		list = append(list[:len(list):len(list)], o)
+	}
+	x.by[k] = list
+}
+
+func (x *secondary[T]) delete(o T) {
+	k, ok := x.key(o)
+	if !ok {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	list := slices.DeleteFunc(slices.Clone(x.by[k]), func(e T) bool { return e.objectName() == o.objectName() })
+	if len(list) == 0 {
+		delete(x.by, k)
+		return
+	}
+	x.by[k] = list
+}
+
+func (x *secondary[T]) get(k string) []T {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.by[k]
+}
+
+// update keeps x in line with one informer event about obj (present: added or updated).
+func (x *secondary[T]) update(obj any, present bool) {
+	o, ok := obj.(T)
+	if !ok || x == nil {
+		return
+	}
+	if present {
+		x.set(o)
+	} else {
+		x.delete(o)
+	}
+}
+
+func globalOf(s *service) (string, bool) { return s.global.String(), s.member != nil }
+func serviceOf(s *slice) (string, bool)  { return s.namespace + "/" + s.service, s.service != "" }
 
 // New returns a Watcher of namespaces (all when empty), taking as local members the Services that
 // match exportSelector. Nothing runs before Run.
@@ -52,46 +125,32 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 	}
 	w := &Watcher{scopes: map[string]*scope{}}
 	for _, ns := range namespaces {
-		factory := func(selector string, mirror bool) informers.SharedInformerFactory {
-			f := informers.NewSharedInformerFactoryWithOptions(client, 0,
-				informers.WithNamespace(ns),
-				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }),
-				informers.WithTransform(transform(mirror)))
-			w.factories = append(w.factories, f)
-			return f
-		}
-		mf, lf := factory(mirrorSelector, true), factory(exportSelector, false)
-		sc := &scope{
-			mirrorServices: mf.Core().V1().Services().Informer(),
-			mirrorSlices:   mf.Discovery().V1().EndpointSlices().Informer(),
-			localServices:  lf.Core().V1().Services().Informer(),
-			localSlices:    lf.Discovery().V1().EndpointSlices().Informer(),
-		}
-		if err := sc.mirrorServices.AddIndexers(cache.Indexers{byGlobal: globalIndexFunc}); err != nil {
-			return nil, err
-		}
-		for _, inf := range []cache.SharedIndexInformer{sc.mirrorSlices, sc.localSlices} {
-			if err := inf.AddIndexers(cache.Indexers{byService: serviceIndexFunc}); err != nil {
-				return nil, err
+		// Informers without client-go's namespace index (a set of every key, unused here), each
+		// converting what it stores.
+		add := func(inf cache.SharedIndexInformer, mirror bool) cache.SharedIndexInformer {
+			if err := inf.SetTransform(transform(mirror)); err != nil {
+				panic(err) // only fails once the informer has started
 			}
+			w.informers = append(w.informers, inf)
+			return inf
 		}
-		w.scopes[ns] = sc
+		services := func(selector string) cache.SharedIndexInformer {
+			return coreinformers.NewFilteredServiceInformer(client, ns, 0, cache.Indexers{}, labelSelector(selector))
+		}
+		endpointSlices := func(selector string) cache.SharedIndexInformer {
+			return discoveryinformers.NewFilteredEndpointSliceInformer(client, ns, 0, cache.Indexers{}, labelSelector(selector))
+		}
+		w.scopes[ns] = &scope{
+			mirrorServices:  add(services(mirrorSelector), true),
+			mirrorSlices:    add(endpointSlices(mirrorSelector), true),
+			localServices:   add(services(exportSelector), false),
+			localSlices:     add(endpointSlices(exportSelector), false),
+			mirrorsByGlobal: newSecondary(globalOf),
+			mirrorSlicesBy:  newSecondary(serviceOf),
+			localSlicesBy:   newSecondary(serviceOf),
+		}
 	}
 	return w, nil
-}
-
-func globalIndexFunc(obj any) ([]string, error) {
-	if s, ok := obj.(*service); ok && s.member != nil {
-		return []string{s.global.String()}, nil
-	}
-	return nil, nil
-}
-
-func serviceIndexFunc(obj any) ([]string, error) {
-	if s, ok := obj.(*slice); ok && s.service != "" {
-		return []string{s.Namespace + "/" + s.service}, nil
-	}
-	return nil, nil
 }
 
 // Run starts the informers, tells sink about every change, calls sink.Start once every handler
@@ -100,24 +159,26 @@ func (w *Watcher) Run(ctx context.Context, sink Sink) error {
 	var synced []cache.InformerSynced
 	for _, sc := range w.scopes {
 		handlers := []struct {
-			inf cache.SharedIndexInformer
-			key func(any) (index.Key, bool)
+			inf   cache.SharedIndexInformer
+			key   func(any) (index.Key, bool)
+			index interface{ update(any, bool) }
 		}{
-			{sc.mirrorServices, serviceKey},
-			{sc.localServices, serviceKey},
-			{sc.localSlices, localSliceKey},
-			{sc.mirrorSlices, sc.mirrorSliceKey},
+			{sc.mirrorServices, serviceKey, sc.mirrorsByGlobal},
+			{sc.localServices, serviceKey, nil},
+			{sc.localSlices, localSliceKey, sc.localSlicesBy},
+			{sc.mirrorSlices, sc.mirrorSliceKey, sc.mirrorSlicesBy},
 		}
 		for _, h := range handlers {
-			reg, err := h.inf.AddEventHandler(changes(h.key, sink))
+			reg, err := h.inf.AddEventHandler(changes(h.key, h.index, sink))
 			if err != nil {
 				return err
 			}
 			synced = append(synced, reg.HasSynced)
 		}
 	}
-	for _, f := range w.factories {
-		f.Start(ctx.Done())
+	var running sync.WaitGroup
+	for _, inf := range w.informers {
+		running.Go(func() { inf.Run(ctx.Done()) })
 	}
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), synced...) {
@@ -125,27 +186,42 @@ func (w *Watcher) Run(ctx context.Context, sink Sink) error {
 		}
 	}()
 	<-ctx.Done()
-	for _, f := range w.factories {
-		f.Shutdown()
-	}
+	running.Wait()
 	return nil
 }
 
+func labelSelector(selector string) func(*metav1.ListOptions) {
+	return func(o *metav1.ListOptions) { o.LabelSelector = selector }
+}
+
 // changes turns informer events into sink.Changed calls for the global services involved, before
-// and after the change.
-func changes(key func(any) (index.Key, bool), sink Sink) cache.ResourceEventHandler {
+// and after the change, once idx (when not nil) reflects the event.
+func changes(key func(any) (index.Key, bool), idx interface{ update(any, bool) }, sink Sink) cache.ResourceEventHandler {
 	notify := func(obj any) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
 		if k, ok := key(obj); ok {
 			sink.Changed(k)
 		}
 	}
+	update := func(obj any, present bool) {
+		if idx != nil {
+			idx.update(obj, present)
+		}
+	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { notify(obj) },
-		UpdateFunc: func(old, obj any) { notify(old); notify(obj) },
-		DeleteFunc: notify,
+		AddFunc: func(obj any) { update(obj, true); notify(obj) },
+		UpdateFunc: func(old, obj any) {
+			update(old, false)
+			update(obj, true)
+			notify(old)
+			notify(obj)
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			update(obj, false)
+			notify(obj)
+		},
 	}
 }
 
@@ -162,7 +238,7 @@ func localSliceKey(obj any) (index.Key, bool) {
 	if !ok || s.service == "" {
 		return index.Key{}, false
 	}
-	return index.Key{Namespace: s.Namespace, Name: s.service}, true
+	return index.Key{Namespace: s.namespace, Name: s.service}, true
 }
 
 // mirrorSliceKey finds the global service of a mirror's slice through the mirror Service. When the
@@ -172,7 +248,7 @@ func (sc *scope) mirrorSliceKey(obj any) (index.Key, bool) {
 	if !ok || s.service == "" {
 		return index.Key{}, false
 	}
-	svc, ok, _ := sc.mirrorServices.GetStore().GetByKey(s.Namespace + "/" + s.service)
+	svc, ok, _ := sc.mirrorServices.GetStore().GetByKey(s.namespace + "/" + s.service)
 	if !ok {
 		return index.Key{}, false
 	}
@@ -198,9 +274,8 @@ func (w *Watcher) Members(k index.Key) []*index.Member {
 			out = append(out, s.member)
 		}
 	}
-	objs, _ := sc.mirrorServices.GetIndexer().ByIndex(byGlobal, k.String())
-	for _, obj := range objs {
-		out = append(out, obj.(*service).member)
+	for _, s := range sc.mirrorsByGlobal.get(k.String()) {
+		out = append(out, s.member)
 	}
 	return out
 }
@@ -211,15 +286,15 @@ func (w *Watcher) Slices(m *index.Member) []*index.Slice {
 	if sc == nil {
 		return nil
 	}
-	inf := sc.mirrorSlices
+	idx := sc.mirrorSlicesBy
 	if m.Local() {
-		inf = sc.localSlices
+		idx = sc.localSlicesBy
 	}
-	objs, _ := inf.GetIndexer().ByIndex(byService, m.Namespace+"/"+m.Name)
+	objs := idx.get(m.Namespace + "/" + m.Name)
 	out := make([]*index.Slice, 0, len(objs))
-	for _, obj := range objs {
-		if s := obj.(*slice).slice; s != nil {
-			out = append(out, s)
+	for _, s := range objs {
+		if s.slice != nil {
+			out = append(out, s.slice)
 		}
 	}
 	return out

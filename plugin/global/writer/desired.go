@@ -97,10 +97,10 @@ func desiredEndpoints(s *index.Service, local string) map[group][]endpoint {
 			},
 		}
 		// Node and pod only exist in this cluster.
-		if r.Cluster == local {
-			e.ep.NodeName = nonEmpty(r.NodeName)
-			if r.Pod != "" {
-				e.ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: r.Pod}
+		if r.Cluster == local && r.Local != nil {
+			e.ep.NodeName = nonEmpty(r.Local.NodeName)
+			if r.Local.Pod != "" {
+				e.ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: r.Local.Pod}
 			}
 		}
 		e.ports, e.portsKey = slicePorts(r.Ports)

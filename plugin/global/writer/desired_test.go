@@ -17,12 +17,15 @@ import (
 
 func TestHostnames(t *testing.T) {
 	long := strings.Repeat("x", 60)
+	rec := func(cluster, host string) index.Record {
+		return index.Record{Endpoint: &index.Endpoint{Host: host}, Cluster: cluster}
+	}
 	rs := []index.Record{
-		{Cluster: "west", Host: "foo-0"},
-		{Cluster: "west", Host: "foo-0"}, // the same endpoint's second address
-		{Cluster: "a-b", Host: "foo-0"},  // foo-0-a-b ...
-		{Cluster: "b", Host: "foo-0-a"},  // ... and foo-0-a-b again
-		{Cluster: "east", Host: long},
+		rec("west", "foo-0"),
+		rec("west", "foo-0"), // the same endpoint's second address
+		rec("a-b", "foo-0"),  // foo-0-a-b ...
+		rec("b", "foo-0-a"),  // ... and foo-0-a-b again
+		rec("east", long),
 	}
 	names := hostnames(rs)
 	if got := names[clusterHost{"west", "foo-0"}]; got != "foo-0-west" {
@@ -132,7 +135,7 @@ func TestDesired(t *testing.T) {
 	src := indextest.New()
 	k := index.Key{Namespace: "db", Name: "foo"}
 	local := indextest.Endpoint("foo-0", "10.0.0.1")
-	local.Zone, local.NodeName, local.Pod = "z1", "node-a", "foo-0"
+	local.Local = &index.Placement{Zone: "z1", NodeName: "node-a", Pod: "foo-0"}
 	src.Add(k, &index.Member{Namespace: "db", Name: "foo", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "admin", Port: 8080, Protocol: "TCP"}}},
 		indextest.Slice("l", []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, local))
 	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"}}},

@@ -25,7 +25,7 @@ func FuzzHostnames(f *testing.F) {
 			if !ok || len(validation.IsDNS1123Label(cluster)) > 0 || len(validation.IsDNS1123Label(host)) > 0 {
 				continue
 			}
-			rs = append(rs, index.Record{Cluster: cluster, Host: host})
+			rs = append(rs, index.Record{Endpoint: &index.Endpoint{Host: host}, Cluster: cluster})
 		}
 		names := hostnames(rs)
 		owner := map[string]clusterHost{}

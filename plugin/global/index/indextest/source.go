@@ -69,7 +69,7 @@ func (s *Source) Slices(m *index.Member) []*index.Slice {
 
 // Endpoint returns a ready endpoint with one address.
 func Endpoint(host, addr string) index.Endpoint {
-	return index.Endpoint{Host: host, Addrs: []netip.Addr{netip.MustParseAddr(addr)}, Ready: true, Serving: true}
+	return index.Endpoint{Host: host, Addr: netip.MustParseAddr(addr), Ready: true, Serving: true}
 }
 
 // NotReady returns e marked not ready.
@@ -81,7 +81,7 @@ func NotReady(e index.Endpoint) index.Endpoint {
 // Slice returns a slice of the family of its first endpoint's address.
 func Slice(name string, ports []index.Port, eps ...index.Endpoint) *index.Slice {
 	fam := index.IPv4
-	if len(eps) > 0 && eps[0].Addrs[0].Is6() {
+	if len(eps) > 0 && eps[0].Addr.Is6() {
 		fam = index.IPv6
 	}
 	return &index.Slice{Name: name, Family: fam, Ports: ports, Endpoints: eps}

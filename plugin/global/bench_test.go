@@ -1,0 +1,76 @@
+package global
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/index/indextest"
+
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+// discard is a ResponseWriter that drops the reply: the benchmarks measure the plugin.
+type discard struct{ *test.ResponseWriter }
+
+func (discard) WriteMsg(*dns.Msg) error { return nil }
+
+// BenchmarkServeDNS measures the query path of every name form, so regressions show as allocs/op.
+func BenchmarkServeDNS(b *testing.B) {
+	g := newGlobal(b, source())
+	for _, q := range []struct {
+		name, qname string
+		qtype       uint16
+	}{
+		{"service", "foo.db.global.", dns.TypeA},
+		{"short", "foo.global.", dns.TypeA},
+		{"cluster", "west.foo.db.global.", dns.TypeA},
+		{"pod", "foo-0.west.foo.db.global.", dns.TypeA},
+		{"srv", "_db._tcp.foo.db.global.", dns.TypeSRV},
+		{"nodata", "foo.db.global.", dns.TypeTXT},
+		{"nxdomain", "nope.db.global.", dns.TypeA},
+	} {
+		b.Run(q.name, func(b *testing.B) {
+			m := new(dns.Msg)
+			m.SetQuestion(q.qname, q.qtype)
+			ctx := context.Background()
+			w := discard{&test.ResponseWriter{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				g.ServeDNS(ctx, w, m)
+			}
+		})
+	}
+}
+
+// BenchmarkPublish measures one index update (a global service of 3 clusters x 3 endpoints
+// rebuilt and published) among 10,000 global services.
+func BenchmarkPublish(b *testing.B) {
+	src := indextest.New()
+	ix := index.New(indextest.Topology(), src)
+	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	var keys []index.Key
+	for i := range 10000 {
+		k := index.Key{Namespace: "db", Name: fmt.Sprintf("s%d", i)}
+		for c, cluster := range []string{"", "west", "north"} {
+			var eps []index.Endpoint
+			for e := range 3 {
+				eps = append(eps, indextest.Endpoint(fmt.Sprintf("p-%d", e), fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250)))
+			}
+			src.Add(k, &index.Member{Namespace: "db", Name: k.Name + "-" + cluster, Cluster: cluster, Ports: ports}, indextest.Slice("x", ports, eps...))
+		}
+		keys = append(keys, k)
+		ix.Changed(k)
+	}
+	ix.Start()
+	ix.Publish()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		ix.Changed(keys[i%len(keys)])
+		ix.Publish()
+		i++
+	}
+}
