@@ -25,21 +25,21 @@ var (
 func source() *indextest.Source {
 	src := indextest.New()
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
-		indextest.Slice("foo-a", dbPort,
+		indextest.Slice(dbPort,
 			indextest.Endpoint("foo-1", "10.0.0.2"),
 			indextest.Endpoint("foo-0", "10.0.0.1"),
 			indextest.NotReady(indextest.Endpoint("foo-2", "10.0.0.3"))))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{
 		{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"}}},
-		indextest.Slice("foo-west-a", []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}, {Name: "metrics", Port: 19000, Protocol: "TCP"}},
+		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}, {Name: "metrics", Port: 19000, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "10.96.0.1")),
-		indextest.Slice("foo-west-b", []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}, {Name: "metrics", Port: 19000, Protocol: "TCP"}},
+		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}, {Name: "metrics", Port: 19000, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "fd00::1")))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Cluster: "north", Ports: dbPort},
-		indextest.Slice("foo-north-a", dbPort, indextest.Endpoint("foo-0", "10.96.1.1")))
+		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.96.1.1")))
 	empty := index.Key{Namespace: "db", Name: "empty"}
 	src.Add(empty, &index.Member{Namespace: "db", Name: "empty", Ports: dbPort},
-		indextest.Slice("empty-a", dbPort, indextest.NotReady(indextest.Endpoint("empty-0", "10.0.1.1"))))
+		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("empty-0", "10.0.1.1"))))
 	return src
 }
 
@@ -202,7 +202,7 @@ func TestAmbiguousShortName(t *testing.T) {
 	src := source()
 	app := index.Key{Namespace: "app", Name: "foo"}
 	src.Add(app, &index.Member{Namespace: "app", Name: "foo", Ports: dbPort},
-		indextest.Slice("app-foo", dbPort, indextest.Endpoint("foo-0", "10.0.9.9")))
+		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.9.9")))
 	g := newGlobal(t, src, app)
 
 	m := query(t, g, "foo.global.", dns.TypeA)

@@ -109,7 +109,7 @@ func (cfg *config) build() (*Global, error) {
 		if g.electionClient, err = kubernetes.NewForConfig(erc); err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
-		cfg.writer.LocalCluster = cfg.topology.Local
+		cfg.writer.Topology = &cfg.topology
 		g.writer = writer.New(client, g.index, cfg.namespaces, cfg.writer)
 		g.election = cfg.election
 	}

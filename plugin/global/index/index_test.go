@@ -35,18 +35,18 @@ func TestTier(t *testing.T) {
 func scenario() *indextest.Source {
 	src := indextest.New()
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
-		indextest.Slice("foo-abc", dbPort,
+		indextest.Slice(dbPort,
 			indextest.Endpoint("foo-0", "10.0.0.3"),
 			indextest.Endpoint("foo-1", "10.0.0.1"),
 			indextest.NotReady(indextest.Endpoint("foo-2", "10.0.0.2"))))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Cluster: "north", Ports: dbPort},
-		indextest.Slice("foo-north-x", targetPort, indextest.Endpoint("foo-0", "10.96.1.1")))
+		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.1.1")))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
-		indextest.Slice("foo-west-x", targetPort,
+		indextest.Slice(targetPort,
 			indextest.Endpoint("foo-1", "10.96.0.10"),
 			indextest.Endpoint("foo-0", "10.96.0.20")))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-south", Cluster: "south", Ports: dbPort},
-		indextest.Slice("foo-south-x", targetPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.2.1"))))
+		indextest.Slice(targetPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.2.1"))))
 	return src
 }
 
@@ -120,10 +120,10 @@ func TestViews(t *testing.T) {
 func TestBuildDualStackAndDuplicates(t *testing.T) {
 	src := indextest.New()
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
-		indextest.Slice("v4", dbPort, indextest.Endpoint("foo-0", "10.0.0.1")),
-		indextest.Slice("v6", dbPort, indextest.Endpoint("foo-0", "fd00::1"), indextest.Endpoint("foo-9", "fd00::9")),
+		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.0.1")),
+		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "fd00::1"), indextest.Endpoint("foo-9", "fd00::9")),
 		// The same endpoint in a second slice, for a moment, not ready there.
-		indextest.Slice("v4-moving", dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1"))),
+		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1"))),
 	)
 	svc := indextest.Topology().Build(foo, src)
 	if len(svc.Records) != 3 {
@@ -145,11 +145,11 @@ func TestBuildDualStackAndDuplicates(t *testing.T) {
 func TestBuildSkipsAmbiguousMembers(t *testing.T) {
 	src := indextest.New()
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
-		indextest.Slice("a", targetPort, indextest.Endpoint("foo-0", "10.96.0.1")))
+		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.0.1")))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west-2", Cluster: "west", Ports: dbPort},
-		indextest.Slice("b", targetPort, indextest.Endpoint("foo-0", "10.96.0.2")))
+		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.0.2")))
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-east", Cluster: "east", Ports: dbPort},
-		indextest.Slice("c", targetPort, indextest.Endpoint("foo-0", "10.96.0.3")))
+		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.0.3")))
 	svc := indextest.Topology().Build(foo, src)
 	if got := describe(svc.All().A); !slices.Equal(got, []string{"1 west foo-0 10.96.0.1"}) {
 		t.Errorf("A = %q: want only the first mirror of west, and no mirror claiming east", got)
@@ -167,7 +167,7 @@ func TestBuildSkipsAmbiguousMembers(t *testing.T) {
 func TestBuildPortMismatch(t *testing.T) {
 	src := indextest.New()
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
-		indextest.Slice("a", []index.Port{{Name: "db", Port: 1, Protocol: "TCP"}, {Name: "admin", Port: 2, Protocol: "TCP"}},
+		indextest.Slice([]index.Port{{Name: "db", Port: 1, Protocol: "TCP"}, {Name: "admin", Port: 2, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "10.96.0.1")))
 	svc := indextest.Topology().Build(foo, src)
 	if ps := slices.Collect(svc.All().Targets())[0].Ports; !slices.Equal(ps, dbPort) {

@@ -103,9 +103,9 @@ func (t *Topology) Build(k Key, src Source) *Service {
 	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
 	seen := make(map[hostAddr]int, total)
 	for i, m := range s.Members {
-		cluster, zone := m.Cluster, t.Zone(m.Cluster)
+		cluster := m.Cluster
 		if m.Local() {
-			cluster, zone = t.Local, ""
+			cluster = t.Local
 		}
 		tier := t.Tier(cluster)
 		for _, sl := range slicesOf[i] {
@@ -115,10 +115,7 @@ func (t *Topology) Build(k Key, src Source) *Service {
 			}
 			for e := range sl.Endpoints {
 				ep := &sl.Endpoints[e]
-				r := Record{Endpoint: ep, Cluster: cluster, Zone: zone, Ports: ports, Tier: tier}
-				if ep.Local != nil {
-					r.Zone = ep.Local.Zone
-				}
+				r := Record{Endpoint: ep, Cluster: cluster, Ports: ports, Tier: tier}
 				// The same address may sit in two slices for a moment (slice rebalancing); keep
 				// one record, ready if either copy is.
 				key := hostAddr{cluster, ep.Host, ep.Addr}

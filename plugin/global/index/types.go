@@ -43,7 +43,6 @@ func (m *Member) Local() bool { return m.Cluster == "" }
 
 // Slice is one EndpointSlice of a member, reduced to what the index needs. Immutable once built.
 type Slice struct {
-	Name      string
 	Family    Family
 	Ports     []Port // as written in the slice: the pods' target ports
 	Endpoints []Endpoint
@@ -75,12 +74,11 @@ type Source interface {
 	Slices(m *Member) []*Slice
 }
 
-// Record is one endpoint of one member cluster, as answered: 72 bytes, the endpoint itself shared
+// Record is one endpoint of one member cluster, as answered: 56 bytes, the endpoint itself shared
 // with the watcher's cache.
 type Record struct {
 	*Endpoint        // host, address, conditions, placement
 	Cluster   string // this cluster's name for local pods
-	Zone      string // the pod's zone (local) or the cluster's zone locality (mirrors)
 	Ports     []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
 	Tier      uint8
 }

@@ -104,7 +104,7 @@ func servicePorts(s *corev1.Service) []index.Port {
 	for _, p := range s.Spec.Ports {
 		out = append(out, index.Port{Name: p.Name, Port: p.Port, Protocol: protocol(p.Protocol)})
 	}
-	return intern(out)
+	return internPorts(out)
 }
 
 func protocol(p corev1.Protocol) string {

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -61,6 +59,7 @@ func transform(mirror bool) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:
+			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
 			p := problems{kind: "Service", obj: o.Namespace + "/" + o.Name}
 			s := &service{meta: slimMeta(&o.ObjectMeta)}
 			if mirror {
@@ -71,6 +70,7 @@ func transform(mirror bool) func(any) (any, error) {
 			p.report()
 			return s, nil
 		case *discoveryv1.EndpointSlice:
+			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
 			p := problems{kind: "EndpointSlice", obj: o.Namespace + "/" + o.Name}
 			s := &slice{meta: slimMeta(&o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName]}
 			if s.service == "" {
@@ -97,7 +97,7 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 		p.add(ReasonFQDNSlice, "address type "+quote(string(es.AddressType)))
 		return nil
 	}
-	out := &index.Slice{Name: es.Name, Family: fam, Endpoints: make([]index.Endpoint, 0, len(es.Endpoints))}
+	out := &index.Slice{Family: fam, Endpoints: make([]index.Endpoint, 0, len(es.Endpoints))}
 	for _, sp := range es.Ports {
 		if sp.Port == nil {
 			p.add(ReasonPortWithoutNumber, "a port without a number")
@@ -105,7 +105,7 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 		}
 		out.Ports = append(out.Ports, index.Port{Name: deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(deref(sp.Protocol, ""))})
 	}
-	out.Ports = intern(out.Ports)
+	out.Ports = internPorts(out.Ports)
 	for i := range es.Endpoints {
 		e := &es.Endpoints[i]
 		ready := deref(e.Conditions.Ready, true) // nil means ready, as in Kubernetes
@@ -148,35 +148,6 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 		out.Endpoints = append(out.Endpoints, ep)
 	}
 	return out
-}
-
-// interned holds one copy of each port list seen: nearly every Service and slice of a mesh has
-// one of a few port lists, and each would otherwise keep its own. Bounded, for hostile input.
-var interned sync.Map // key string -> []index.Port
-
-const maxInterned = 10000
-
-var internedCount atomic.Int64
-
-func intern(ps []index.Port) []index.Port {
-	if len(ps) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	for _, p := range ps {
-		fmt.Fprintf(&b, "%s/%d/%s,", p.Name, p.Port, p.Protocol)
-	}
-	if v, ok := interned.Load(b.String()); ok {
-		return v.([]index.Port)
-	}
-	if internedCount.Load() >= maxInterned {
-		return ps
-	}
-	v, loaded := interned.LoadOrStore(b.String(), ps)
-	if !loaded {
-		internedCount.Add(1)
-	}
-	return v.([]index.Port)
 }
 
 // dashed is the hostname CoreDNS's kubernetes plugin gives an endpoint without one: 10-244-1-5,

@@ -77,7 +77,7 @@ func ownLabels(service string) map[string]string {
 }
 
 // desiredEndpoints returns every endpoint of s, ready or not, by group.
-func desiredEndpoints(s *index.Service, local string) map[group][]endpoint {
+func desiredEndpoints(s *index.Service, topo *index.Topology) map[group][]endpoint {
 	names := hostnames(s.Records)
 	out := map[group][]endpoint{}
 	for i := range s.Records {
@@ -93,11 +93,13 @@ func desiredEndpoints(s *index.Service, local string) map[group][]endpoint {
 				Addresses:  []string{r.Addr.String()},
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r.Ready), Serving: ptr.To(r.Serving), Terminating: ptr.To(r.Terminating)},
 				Hostname:   ptr.To(hn),
-				Zone:       nonEmpty(r.Zone),
+				// A mirrored endpoint is in its cluster's zone; a local pod, in its node's.
+				Zone: nonEmpty(topo.Zone(r.Cluster)),
 			},
 		}
 		// Node and pod only exist in this cluster.
-		if r.Cluster == local && r.Local != nil {
+		if r.Cluster == topo.Local && r.Local != nil {
+			e.ep.Zone = nonEmpty(r.Local.Zone)
 			e.ep.NodeName = nonEmpty(r.Local.NodeName)
 			if r.Local.Pod != "" {
 				e.ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: r.Local.Pod}

@@ -137,9 +137,9 @@ func TestDesired(t *testing.T) {
 	local := indextest.Endpoint("foo-0", "10.0.0.1")
 	local.Local = &index.Placement{Zone: "z1", NodeName: "node-a", Pod: "foo-0"}
 	src.Add(k, &index.Member{Namespace: "db", Name: "foo", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "admin", Port: 8080, Protocol: "TCP"}}},
-		indextest.Slice("l", []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, local))
+		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, local))
 	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"}}},
-		indextest.Slice("w", []index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
+		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
 	s := indextest.Topology().Build(k, src)
 
 	svc := desiredService(s, "foo-global")
@@ -154,7 +154,7 @@ func TestDesired(t *testing.T) {
 		t.Errorf("labels %v", svc.Labels)
 	}
 
-	eps := desiredEndpoints(s, "east")
+	eps := desiredEndpoints(s, indextest.Topology())
 	east := eps[group{"east", discoveryv1.AddressTypeIPv4}]
 	west := eps[group{"west", discoveryv1.AddressTypeIPv4}]
 	if len(east) != 1 || len(west) != 1 || len(eps) != 2 {

@@ -144,7 +144,7 @@ func serviceUpToDate(have, want *corev1.Service) bool {
 // syncSlices writes the slices of every group: creates and updates first, deletions last, so an
 // endpoint moving between slices is never missing.
 func (r *reconciler) syncSlices(ctx context.Context, k index.Key, s *index.Service, svc *corev1.Service, have []*discoveryv1.EndpointSlice) error {
-	want := desiredEndpoints(s, r.cfg.LocalCluster)
+	want := desiredEndpoints(s, r.cfg.Topology)
 	byGroup := map[group]map[int]*discoveryv1.EndpointSlice{}
 	var obsolete []*discoveryv1.EndpointSlice
 	for _, es := range have {

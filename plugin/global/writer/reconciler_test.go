@@ -26,7 +26,7 @@ func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 		}
 	}
 	return &reconciler{
-		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, LocalCluster: "east"},
+		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology()},
 		client: client, store: st, tracker: newTracker(), conflicts: &conflicts{active: map[index.Key]string{}},
 	}, client
 }
@@ -36,7 +36,7 @@ func westService() *index.Service {
 	k := index.Key{Namespace: "db", Name: "foo"}
 	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
 	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: ports},
-		indextest.Slice("w", ports, indextest.Endpoint("foo-0", "10.96.0.1")))
+		indextest.Slice(ports, indextest.Endpoint("foo-0", "10.96.0.1")))
 	return indextest.Topology().Build(k, src)
 }
 

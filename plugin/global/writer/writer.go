@@ -25,9 +25,9 @@ import (
 
 // Config is what the Corefile says about writing.
 type Config struct {
-	Suffix       string // the written Service is <svc><Suffix>
-	MaxEndpoints int    // per EndpointSlice
-	LocalCluster string // this cluster's name: its endpoints get nodeName and targetRef
+	Suffix       string          // the written Service is <svc><Suffix>
+	MaxEndpoints int             // per EndpointSlice
+	Topology     *index.Topology // this cluster's name (its endpoints get nodeName and targetRef), zones
 	Workers      int
 }
 

@@ -79,12 +79,12 @@ func NotReady(e index.Endpoint) index.Endpoint {
 }
 
 // Slice returns a slice of the family of its first endpoint's address.
-func Slice(name string, ports []index.Port, eps ...index.Endpoint) *index.Slice {
+func Slice(ports []index.Port, eps ...index.Endpoint) *index.Slice {
 	fam := index.IPv4
 	if len(eps) > 0 && eps[0].Addr.Is6() {
 		fam = index.IPv6
 	}
-	return &index.Slice{Name: name, Family: fam, Ports: ports, Endpoints: eps}
+	return &index.Slice{Family: fam, Ports: ports, Endpoints: eps}
 }
 
 // Topology is the topology tests share: this cluster is east (zone z1, region r1); west is in the

@@ -1,0 +1,50 @@
+package watch
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/globaldns/global/plugin/global/index"
+)
+
+// interner keeps one copy of values that recur across objects, so the cache does not hold
+// thousands of equal copies: every object of a namespace repeats its name, nearly every Service
+// and slice of a mesh has one of a few port lists. Bounded, against hostile input: past max
+// distinct values it stops adding and returns values as they are.
+type interner[V any] struct {
+	values sync.Map // key -> V
+	n      atomic.Int64
+	max    int64
+}
+
+func (i *interner[V]) get(key string, v V) V {
+	if x, ok := i.values.Load(key); ok {
+		return x.(V)
+	}
+	if i.n.Load() >= i.max {
+		return v
+	}
+	x, loaded := i.values.LoadOrStore(key, v)
+	if !loaded {
+		i.n.Add(1)
+	}
+	return x.(V)
+}
+
+var (
+	namespaces = &interner[string]{max: 10000}
+	portLists  = &interner[[]index.Port]{max: 10000}
+)
+
+func internPorts(ps []index.Port) []index.Port {
+	if len(ps) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&key, "%s/%d/%s,", p.Name, p.Port, p.Protocol)
+	}
+	return portLists.get(key.String(), ps)
+}
