@@ -20,7 +20,7 @@ export GLOBAL_COREDNS_BIN      := $(CURDIR)/bin/coredns
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build controlplane test unit run dig vet fuzz clean help
+.PHONY: all build controlplane test unit run dig dnsperf bench vet fuzz clean help
 all: build
 
 help:
@@ -28,6 +28,7 @@ help:
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
 	@echo "make test          vet, unit and integration tests (builds the control plane once)"
 	@echo "make fuzz          run every fuzz target for FUZZTIME (default $(FUZZTIME)) each"
+	@echo "make bench         measure against CoreDNS's own plugins; writes docs/benchmarks.md"
 	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver, kube-controller-manager and kubectl $(K8S_VERSION) into $(CONTROLPLANE)"
 
 build:
@@ -72,6 +73,18 @@ unit:
 run: build controlplane dig
 	$(GO) build -o bin/demo ./test/cmd/demo
 	bin/demo
+
+# The benchmarks: throughput and latency with dnsperf (installed from Debian when missing), change
+# propagation, writer cost, memory at 120k records and Go micro-benchmarks, written to
+# docs/benchmarks.md. BENCHFLAGS passes options through (go run ./test/bench -h lists them).
+BENCHFLAGS ?=
+bench: build controlplane dnsperf
+	$(GO) run ./test/bench -out docs/benchmarks.md $(BENCHFLAGS)
+
+dnsperf:
+	@command -v dnsperf >/dev/null || { echo "installing dnsperf (Debian dnsperf)"; \
+		$(SUDO) apt-get install -y dnsperf >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update >/dev/null 2>&1 && $(SUDO) apt-get install -y dnsperf >/dev/null; }; }
 
 # dig is only suggested by `make run`; installed best-effort, the demo prints its own answers.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

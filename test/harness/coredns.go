@@ -283,6 +283,9 @@ func (c *CoreDNS) Kill() {
 	c.stop.Do(c.proc.kill)
 }
 
+// PID is the coredns process's id (for reading its memory from /proc).
+func (c *CoreDNS) PID() int { return c.proc.cmd.Process.Pid }
+
 // Signal sends sig to the coredns process (e.g. SIGUSR1 to reload).
 func (c *CoreDNS) Signal(sig os.Signal) error {
 	if err := c.proc.cmd.Process.Signal(sig); err != nil {

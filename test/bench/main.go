@@ -1,0 +1,93 @@
+// Command bench is `make bench`: it measures bin/coredns with the global plugin next to CoreDNS's
+// own whoami, file and kubernetes plugins, in one run on one machine, against a real control
+// plane, and writes the results to docs/benchmarks.md. It reports; it asserts nothing.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/globaldns/global/test/harness"
+)
+
+type options struct {
+	rounds   int
+	duration time.Duration
+	changes  int
+	services int
+	out      string
+	only     string // run only the steps whose names contain this
+	work     string // scratch directory
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds of every dnsperf case (medians are reported)")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one dnsperf throughput run")
+	flag.IntVar(&o.changes, "changes", 50, "changes per programming-latency scenario")
+	flag.IntVar(&o.services, "services", 10000, "global services in the scale test (x 4 clusters x 3 endpoints)")
+	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "where to write the report")
+	flag.StringVar(&o.only, "only", "", "run only the steps whose names contain this (throughput, programming, scale, micro)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	start := time.Now()
+	var err error
+	if o.work, err = os.MkdirTemp("", "globaldns-bench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(o.work)
+
+	r := newReport(o)
+	fmt.Println("starting the control plane ...")
+	cp, err := harness.StartControlPlane(ctx, harness.Options{Dir: filepath.Join(o.work, "controlplane")})
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+
+	for _, step := range []struct {
+		name string
+		run  func(context.Context, *harness.ControlPlane, options, *report) error
+	}{
+		{"throughput: queries per second and latency", throughput},
+		{"programming: change to answer, and writer cost", programming},
+		{"scale: 120k records, memory and time to ready", scale},
+		{"micro: Go benchmarks", micro},
+	} {
+		if !strings.Contains(step.name, o.only) {
+			continue
+		}
+		fmt.Printf("\n== %s\n", step.name)
+		if err := step.run(ctx, cp, o, r); err != nil {
+			return fmt.Errorf("%s: %w", step.name, err)
+		}
+	}
+	r.elapsed = time.Since(start)
+	text := r.markdown()
+	fmt.Println("\n" + text)
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(o.out, []byte(text), 0o644)
+}
+
+// render fills a Corefile from a template with the given ports and paths.
+func render(tmpl string, kv ...string) string {
+	return strings.NewReplacer(kv...).Replace(tmpl)
+}
