@@ -266,23 +266,6 @@ func waitLeader(t *testing.T, cs ...*harness.CoreDNS) *harness.CoreDNS {
 	return l
 }
 
-// eventuallyLong is eventually for recoveries bounded by client-go's reconnect backoff (up to 30 s
-// after an outage) on top of the usual patience.
-func eventuallyLong(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(patience + 30*time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // pool is a DNS client that sends about 1000 queries a second, spread over the replicas that
 // report ready (polled every 100 ms, as a kubelet readiness probe and an EndpointSlice would
 // tell a Service), and counts the queries that do not get a NOERROR answer with records.

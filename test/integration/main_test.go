@@ -66,7 +66,19 @@ const patience = 60 * time.Second
 // eventually retries check until it returns nil or patience runs out.
 func eventually(t *testing.T, what string, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
+	eventuallyWithin(t, patience, what, check)
+}
+
+// eventuallyLong is eventually for recoveries bounded by client-go's reconnect backoff (up to 30 s
+// after an outage) on top of the usual patience.
+func eventuallyLong(t *testing.T, what string, check func() error) {
+	t.Helper()
+	eventuallyWithin(t, patience+30*time.Second, what, check)
+}
+
+func eventuallyWithin(t *testing.T, d time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for {
 		err := check()
 		if err == nil {

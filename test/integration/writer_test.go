@@ -352,22 +352,6 @@ func TestWriterHandover(t *testing.T) {
 	tmpl := fmt.Sprintf(writerCorefile, ns)
 	a, b := harness.StartCoreDNS(t, cp, tmpl), harness.StartCoreDNS(t, cp, tmpl)
 
-	leader := func(cs ...*harness.CoreDNS) *harness.CoreDNS {
-		var l *harness.CoreDNS
-		eventually(t, "exactly one leader", func() error {
-			var n int
-			for _, c := range cs {
-				if metric(t, c, "coredns_global_leader") == "1" {
-					l, n = c, n+1
-				}
-			}
-			if n != 1 {
-				return fmt.Errorf("%d leaders", n)
-			}
-			return nil
-		})
-		return l
-	}
 	converged := func(want int) {
 		eventually(t, fmt.Sprintf("west's slice with %d endpoints", want), func() error {
 			if _, sl := written(t, ns); len(sl["foo-global-west-ipv4-0"].Endpoints) != want {
@@ -376,7 +360,7 @@ func TestWriterHandover(t *testing.T) {
 			return nil
 		})
 	}
-	first := leader(a, b)
+	first := waitLeader(t, a, b)
 	converged(1)
 	survivor := a
 	if first == a {
@@ -390,7 +374,7 @@ func TestWriterHandover(t *testing.T) {
 	first.Kill()
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true))
 	must(t, err)
-	if leader(survivor) != survivor {
+	if waitLeader(t, survivor) != survivor {
 		t.Fatal("the survivor did not take the lease")
 	}
 	t.Logf("after kill -9 the survivor led in %v", time.Since(killed).Round(100*time.Millisecond))
@@ -407,7 +391,7 @@ func TestWriterHandover(t *testing.T) {
 	load = dnsLoad(third, "foo."+ns+".global.")
 	stopped := time.Now()
 	must(t, survivor.Signal(syscall.SIGTERM))
-	leader(third)
+	waitLeader(t, third)
 	t.Logf("after SIGTERM the third replica led in %v", time.Since(stopped).Round(100*time.Millisecond))
 	eventually(t, "the new leader's first sync", func() error {
 		if metric(t, third, `coredns_global_writer_syncs_total{result="success"}`) == "" {
