@@ -60,7 +60,7 @@ func transform(mirror bool) func(any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
-			p := problems{kind: "Service", obj: o.Namespace + "/" + o.Name}
+			p := problems{kind: "Service", meta: &o.ObjectMeta}
 			s := &service{meta: slimMeta(&o.ObjectMeta)}
 			if mirror {
 				s.member, s.global = mirrorMember(o, &p)
@@ -71,7 +71,7 @@ func transform(mirror bool) func(any) (any, error) {
 			return s, nil
 		case *discoveryv1.EndpointSlice:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
-			p := problems{kind: "EndpointSlice", obj: o.Namespace + "/" + o.Name}
+			p := problems{kind: "EndpointSlice", meta: &o.ObjectMeta}
 			s := &slice{meta: slimMeta(&o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName]}
 			if s.service == "" {
 				p.add(ReasonNoServiceLabel, "no "+discoveryv1.LabelServiceName+" label")
@@ -184,10 +184,11 @@ func quote(s string) string {
 // problems collects what is wrong with one object so it is reported as one log line, with one
 // metric increment per reason.
 type problems struct {
-	kind, obj string
-	reasons   []string
-	details   []string // the first few, for the log line
-	more      int      // details not kept
+	kind    string
+	meta    *metav1.ObjectMeta // of the object, named only if there is a problem
+	reasons []string
+	details []string // the first few, for the log line
+	more    int      // details not kept
 }
 
 const maxDetails = 5
@@ -214,5 +215,5 @@ func (p *problems) report() {
 	if p.more > 0 {
 		more = fmt.Sprintf(" (and %d more)", p.more)
 	}
-	telemetry.Log.Warningf("%s %s: %s%s", p.kind, p.obj, strings.Join(p.details, "; "), more)
+	telemetry.Log.Warningf("%s %s/%s: %s%s", p.kind, p.meta.Namespace, p.meta.Name, strings.Join(p.details, "; "), more)
 }
