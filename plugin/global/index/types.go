@@ -7,6 +7,8 @@ import (
 	"cmp"
 	"iter"
 	"net/netip"
+	"strconv"
+	"strings"
 )
 
 // Key names one global service: the original service name and its namespace.
@@ -28,6 +30,20 @@ type Port struct {
 	Name     string
 	Port     int32
 	Protocol string // TCP, UDP or SCTP
+}
+
+// PortsKey returns a string that is equal for equal port lists.
+func PortsKey(ps []Port) string {
+	var b strings.Builder
+	for _, p := range ps {
+		b.WriteString(p.Name)
+		b.WriteByte('/')
+		b.WriteString(strconv.Itoa(int(p.Port)))
+		b.WriteByte('/')
+		b.WriteString(p.Protocol)
+		b.WriteByte(',')
+	}
+	return b.String()
 }
 
 // Member is one Service that contributes endpoints to a global service: the local headless

@@ -1,8 +1,6 @@
 package watch
 
 import (
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -42,9 +40,5 @@ func internPorts(ps []index.Port) []index.Port {
 	if len(ps) == 0 {
 		return nil
 	}
-	var key strings.Builder
-	for _, p := range ps {
-		fmt.Fprintf(&key, "%s/%d/%s,", p.Name, p.Port, p.Protocol)
-	}
-	return portLists.get(key.String(), ps)
+	return portLists.get(index.PortsKey(ps), ps)
 }

@@ -122,12 +122,10 @@ func nonEmpty(s string) *string {
 // key that is equal for equal port lists.
 func slicePorts(ps []index.Port) ([]discoveryv1.EndpointPort, string) {
 	out := make([]discoveryv1.EndpointPort, len(ps))
-	var key strings.Builder
 	for i, p := range ps {
 		out[i] = discoveryv1.EndpointPort{Name: ptr.To(p.Name), Port: ptr.To(p.Port), Protocol: ptr.To(corev1.Protocol(p.Protocol))}
-		fmt.Fprintf(&key, "%s/%d/%s,", p.Name, p.Port, p.Protocol)
 	}
-	return out, key.String()
+	return out, index.PortsKey(ps)
 }
 
 type clusterHost struct{ cluster, host string }

@@ -292,8 +292,7 @@ func portsKey(ps []discoveryv1.EndpointPort) string {
 	for _, p := range normalPorts(ps) {
 		ip = append(ip, index.Port{Name: *p.Name, Port: ptr.Deref(p.Port, 0), Protocol: string(*p.Protocol)})
 	}
-	_, key := slicePorts(ip)
-	return key
+	return index.PortsKey(ip)
 }
 
 // endpointIDs returns the ids (hostname/address) of a stored slice's endpoints, in order.
