@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/globaldns/global/test/harness"
+
 	"github.com/miekg/dns"
 )
 
@@ -31,21 +33,14 @@ func count(addr, qname, proto string) (int, int, error) {
 	return len(r.Answer), r.Rcode, nil
 }
 
+// freePort returns a loopback port free for both TCP and UDP.
 func freePort() (string, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err == nil {
-			u.Close()
-			_, port, _ := net.SplitHostPort(addr)
-			return port, nil
-		}
+	addr, err := harness.FreeAddr()
+	if err != nil {
+		return "", err
 	}
+	_, port, _ := net.SplitHostPort(addr)
+	return port, nil
 }
 
 // metrics scrapes a Prometheus endpoint into sample -> value.

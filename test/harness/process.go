@@ -168,6 +168,24 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// FreeAddr returns a loopback address whose TCP and UDP ports are both free right now, for a
+// DNS server to listen on.
+func FreeAddr() (string, error) {
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("pick a free port: %w", err)
+		}
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err == nil {
+			u.Close()
+			return addr, nil
+		}
+	}
+}
+
 // freePorts returns n distinct free ports.
 func freePorts(n int) ([]int, error) {
 	// Keep all listeners open until the end so the ports are distinct.

@@ -5,7 +5,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,15 +161,7 @@ func writeFile(t *testing.T, name, content string) string {
 // freeAddr returns a loopback address whose TCP and UDP ports are both free right now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		must(t, err)
-		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err == nil {
-			u.Close()
-			return addr
-		}
-	}
+	addr, err := harness.FreeAddr()
+	must(t, err)
+	return addr
 }
