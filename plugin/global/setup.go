@@ -164,7 +164,7 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 	}
 	cfg := &config{
 		zones:          zones,
-		topology:       index.Topology{Local: defaultCluster, Keys: index.DefaultKeys, Locality: map[string]map[string]string{}},
+		topology:       index.Topology{Local: defaultCluster, Unnamed: true, Keys: index.DefaultKeys, Locality: map[string]map[string]string{}},
 		ttl:            defaultTTL,
 		startupTimeout: defaultStartupTimeout,
 		exportSelector: watch.DefaultExportSelector,
@@ -205,7 +205,7 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 				return nil, c.ArgErr()
 			}
 			if err = dnsLabel(c, "cluster name", args[0]); err == nil {
-				cfg.topology.Local = args[0]
+				cfg.topology.Local, cfg.topology.Unnamed = args[0], false
 			}
 		case "locality":
 			err = parseLocality(c, args, cfg.topology.Locality)

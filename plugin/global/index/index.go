@@ -50,14 +50,14 @@ type Index struct {
 	wake    chan struct{}
 	ready   atomic.Bool
 
-	pubMu   sync.Mutex     // one publisher at a time
-	records map[string]int // ready records per cluster, for the metric
+	pubMu   sync.Mutex // one publisher at a time
+	records health     // records per member cluster and state, for metrics and logs
 	subs    []func(Key)
 }
 
 // New returns an empty index that builds global services from src, ranked by topo.
 func New(topo *Topology, src Source) *Index {
-	ix := &Index{topo: topo, src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), records: map[string]int{}}
+	ix := &Index{topo: topo, src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), records: newHealth(topo)}
 	ix.snap.Store(&Snapshot{services: map[Key]*Service{}, names: map[string][]string{}, namespaces: map[string]int{}})
 	return ix
 }
@@ -151,6 +151,7 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 		ix.account(prev, svc)
 	}
 	ix.snap.Store(next)
+	ix.records.report()
 
 	now := time.Now()
 	for _, t := range dirty {
@@ -188,23 +189,11 @@ func (s *Snapshot) set(k Key, prev, svc *Service) {
 	}
 }
 
-// account updates the per-cluster record gauges and logs the warnings svc has that prev had not,
+// account updates the per-cluster record counts and logs the warnings svc has that prev had not,
 // so a surprising object is reported once, not on every rebuild.
 func (ix *Index) account(prev, svc *Service) {
-	for c, n := range readyPerCluster(prev) {
-		ix.records[c] -= n
-	}
-	for c, n := range readyPerCluster(svc) {
-		ix.records[c] += n
-	}
-	for c, n := range ix.records {
-		if n == 0 {
-			delete(ix.records, c)
-			telemetry.Records.DeleteLabelValues(c)
-			continue
-		}
-		telemetry.Records.WithLabelValues(c).Set(float64(n))
-	}
+	ix.records.add(prev, -1)
+	ix.records.add(svc, 1)
 	if svc == nil {
 		return
 	}
@@ -214,15 +203,4 @@ func (ix *Index) account(prev, svc *Service) {
 			telemetry.Skipped.WithLabelValues(w.Reason).Inc()
 		}
 	}
-}
-
-func readyPerCluster(s *Service) map[string]int {
-	if s == nil {
-		return nil
-	}
-	out := make(map[string]int, len(s.clusters))
-	for _, c := range s.clusters {
-		out[c.name] = c.a[1] - c.a[0] + c.aaaa[1] - c.aaaa[0]
-	}
-	return out
 }

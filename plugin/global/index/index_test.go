@@ -7,6 +7,9 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
+	"github.com/globaldns/global/plugin/global/telemetry"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 var (
@@ -229,5 +232,95 @@ func TestIndexPublishes(t *testing.T) {
 	ix.Publish()
 	if len(notified) != 3 || ix.Snapshot().Len() != before.Len() {
 		t.Errorf("a no-op change notified or changed the snapshot")
+	}
+}
+
+// A mirror record is answered only while its per-pod mirror (Linkerd's gateway liveness) is ready;
+// without a per-pod mirror it keeps the headless mirror's readiness.
+func TestBuildGatewayLiveness(t *testing.T) {
+	src := scenario()
+	west := src.Members(foo)[2]
+	if west.Name != "foo-west" {
+		t.Fatalf("scenario changed: %s", west.Name)
+	}
+	src.SetPodMirrors(west, indextest.PodMirror("10.96.0.20", true), indextest.PodMirror("10.96.0.10", false))
+	svc := indextest.Topology().Build(foo, src)
+	if got := describe(svc.All().A); !slices.Equal(got, []string{
+		"0 east foo-0 10.0.0.3", "0 east foo-1 10.0.0.1", "1 west foo-0 10.96.0.20", "2 north foo-0 10.96.1.1",
+	}) {
+		t.Errorf("A = %q: want west's foo-1 left out", got)
+	}
+	states := map[string]string{}
+	for _, r := range svc.Records {
+		states[r.Cluster+"/"+r.Host] = r.State()
+		if r.Gateway == index.GatewayDown && (r.Ready || r.Serving) {
+			t.Errorf("%s/%s: gateway down but ready %v serving %v", r.Cluster, r.Host, r.Ready, r.Serving)
+		}
+	}
+	want := map[string]string{
+		"east/foo-0": "ready", "east/foo-1": "ready", "east/foo-2": "not_ready",
+		"west/foo-0": "ready", "west/foo-1": "gateway_down",
+		"north/foo-0": "ready", // no per-pod mirror: the headless mirror's readiness
+		"south/foo-0": "not_ready",
+	}
+	if fmt.Sprint(states) != fmt.Sprint(want) {
+		t.Errorf("states %v\nwant   %v", states, want)
+	}
+	if _, ok := svc.Host("west", "foo-1"); ok {
+		t.Error("the per-pod name of a record whose gateway is down answers")
+	}
+	// The watcher's cached endpoint is shared, never changed.
+	for _, sl := range src.Slices(west) {
+		for _, e := range sl.Endpoints {
+			if !e.Ready || !e.Serving {
+				t.Errorf("the source endpoint %s was changed", e.Host)
+			}
+		}
+	}
+	src.SetPodMirrors(west, indextest.PodMirror("10.96.0.20", true), indextest.PodMirror("10.96.0.10", true))
+	if n := len(indextest.Topology().Build(foo, src).All().A); n != 5 {
+		t.Errorf("gateway up again: %d A records, want 5", n)
+	}
+}
+
+// The records gauges count per cluster and state; a cluster going down or coming back is one event.
+func TestIndexClusterHealth(t *testing.T) {
+	src := scenario()
+	west := src.Members(foo)[2]
+	ix := index.New(indextest.Topology(), src)
+	ix.Start()
+	publish := func() {
+		ix.Changed(foo)
+		ix.Publish()
+	}
+	gauge := func(cluster, state string) float64 {
+		return testutil.ToFloat64(telemetry.Records.WithLabelValues(cluster, state))
+	}
+	src.SetPodMirrors(west, indextest.PodMirror("10.96.0.20", true), indextest.PodMirror("10.96.0.10", true))
+	publish()
+	if gauge("west", "ready") != 2 || gauge("east", "ready") != 2 || gauge("east", "not_ready") != 1 || gauge("south", "not_ready") != 1 {
+		t.Errorf("gauges: west ready %v, east ready %v not ready %v, south not ready %v",
+			gauge("west", "ready"), gauge("east", "ready"), gauge("east", "not_ready"), gauge("south", "not_ready"))
+	}
+	if n := testutil.ToFloat64(telemetry.RecordsWithoutPodMirror.WithLabelValues("north")); n != 1 {
+		t.Errorf("north's records without a per-pod mirror: %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(telemetry.RecordsWithoutPodMirror.WithLabelValues("west")); n != 0 {
+		t.Errorf("west's records without a per-pod mirror: %v, want 0", n)
+	}
+
+	src.SetPodMirrors(west, indextest.PodMirror("10.96.0.20", false), indextest.PodMirror("10.96.0.10", false))
+	publish()
+	if gauge("west", "ready") != 0 || gauge("west", "gateway_down") != 2 || testutil.ToFloat64(telemetry.ClusterDown.WithLabelValues("west")) != 1 {
+		t.Errorf("west down: ready %v, gateway down %v, cluster_down %v", gauge("west", "ready"), gauge("west", "gateway_down"),
+			testutil.ToFloat64(telemetry.ClusterDown.WithLabelValues("west")))
+	}
+	src.SetPodMirrors(west, indextest.PodMirror("10.96.0.20", true), indextest.PodMirror("10.96.0.10", true))
+	publish()
+	if gauge("west", "ready") != 2 || testutil.ToFloat64(telemetry.ClusterDown.WithLabelValues("west")) != 0 {
+		t.Errorf("west back: ready %v, cluster_down %v", gauge("west", "ready"), testutil.ToFloat64(telemetry.ClusterDown.WithLabelValues("west")))
+	}
+	if testutil.ToFloat64(telemetry.ClusterUnnamed) != 0 {
+		t.Error("cluster_unnamed set with a named cluster")
 	}
 }

@@ -108,6 +108,10 @@ func (t *Topology) Build(k Key, src Source) *Service {
 			cluster = t.Local
 		}
 		tier := t.Tier(cluster)
+		var pods liveness
+		if !m.Local() {
+			pods = newLiveness(src.PodMirrors(m))
+		}
 		for _, sl := range slicesOf[i] {
 			ports := sl.Ports
 			if !m.Local() {
@@ -115,7 +119,12 @@ func (t *Topology) Build(k Key, src Source) *Service {
 			}
 			for e := range sl.Endpoints {
 				ep := &sl.Endpoints[e]
-				r := Record{Endpoint: ep, Cluster: cluster, Ports: ports, Tier: tier}
+				r := Record{Endpoint: ep, Cluster: cluster, Ports: ports, Tier: tier, Gateway: pods.of(ep.Addr)}
+				if r.Gateway == GatewayDown && (ep.Ready || ep.Serving) {
+					down := *ep
+					down.Ready, down.Serving = false, false
+					r.Endpoint = &down
+				}
 				// The same address may sit in two slices for a moment (slice rebalancing); keep
 				// one record, ready if either copy is.
 				key := hostAddr{cluster, ep.Host, ep.Addr}
@@ -133,6 +142,27 @@ func (t *Topology) Build(k Key, src Source) *Service {
 	slices.SortFunc(s.Records, compareRecords)
 	s.index(t.Local)
 	return s
+}
+
+// liveness answers, by address, whether a mirror's per-pod mirror is up: sorted, so a service of
+// thousands of records builds no map.
+type liveness []PodMirror
+
+func newLiveness(pods []PodMirror) liveness {
+	l := liveness(slices.Clone(pods))
+	slices.SortFunc(l, func(a, b PodMirror) int { return a.Addr.Compare(b.Addr) })
+	return l
+}
+
+func (l liveness) of(addr netip.Addr) Gateway {
+	i, ok := slices.BinarySearchFunc(l, addr, func(p PodMirror, a netip.Addr) int { return p.Addr.Compare(a) })
+	switch {
+	case !ok:
+		return GatewayUnknown
+	case l[i].Ready:
+		return GatewayUp
+	}
+	return GatewayDown
 }
 
 // acceptMembers orders members (local first, then by cluster) and drops the ones that would make

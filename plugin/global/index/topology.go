@@ -13,6 +13,7 @@ var DefaultKeys = []string{ZoneKey, RegionKey}
 // preference key Keys[i-1] on which its locality equals this cluster's, and len(Keys)+1 otherwise.
 type Topology struct {
 	Local    string                       // this cluster's name
+	Unnamed  bool                         // Local is a default: the configuration names no cluster
 	Keys     []string                     // preference keys, most specific first
 	Locality map[string]map[string]string // cluster -> key -> value
 }

@@ -81,23 +81,67 @@ type Placement struct {
 	Pod      string // targetRef name
 }
 
+// PodMirror is one of Linkerd's per-pod mirrors of a headless mirror member: the ClusterIP
+// Service whose address is a record's address, and whether it has a ready endpoint. Linkerd marks
+// those endpoints not ready while the linked cluster's gateway fails its probe, and never touches
+// the headless mirror itself, so this is the only signal that a linked cluster is unreachable.
+type PodMirror struct {
+	Addr  netip.Addr // the per-pod Service's ClusterIP
+	Ready bool       // some EndpointSlice of it has a ready endpoint
+}
+
 // Source is what the index reads to build a global service: the watcher's informer caches.
-// Both calls must be cheap and safe for concurrent use.
+// Every call must be cheap and safe for concurrent use.
 type Source interface {
 	// Members returns the Services that are members of the global service k, in any order.
 	Members(k Key) []*Member
 	// Slices returns the EndpointSlices of member m, in any order.
 	Slices(m *Member) []*Slice
+	// PodMirrors returns the per-pod mirrors of mirror member m, in any order (none for local members).
+	PodMirrors(m *Member) []PodMirror
 }
 
+// Gateway is what Linkerd's gateway probe says about a mirror record, through its per-pod mirror.
+type Gateway uint8
+
+// Gateway states.
+const (
+	GatewayUnknown Gateway = iota // a local record, or a mirror record without a per-pod mirror
+	GatewayUp                     // the per-pod mirror has a ready endpoint
+	GatewayDown                   // it has none: the record is answered as not ready
+)
+
 // Record is one endpoint of one member cluster, as answered: 56 bytes, the endpoint itself shared
-// with the watcher's cache.
+// with the watcher's cache (a copy, not ready, when its gateway is down).
 type Record struct {
 	*Endpoint        // host, address, conditions, placement
 	Cluster   string // this cluster's name for local pods
 	Ports     []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
 	Tier      uint8
+	Gateway   Gateway // liveness of a mirror record's per-pod mirror
 }
+
+// State names why a record is answered or left out: ready, not_ready, terminating or
+// gateway_down (its endpoint is ready but Linkerd's gateway to its cluster is not).
+func (r *Record) State() string {
+	switch {
+	case r.Gateway == GatewayDown:
+		return StateGatewayDown
+	case r.Ready:
+		return StateReady
+	case r.Terminating:
+		return StateTerminating
+	}
+	return StateNotReady
+}
+
+// Record states, as State returns them.
+const (
+	StateReady       = "ready"
+	StateNotReady    = "not_ready"
+	StateTerminating = "terminating"
+	StateGatewayDown = "gateway_down"
+)
 
 // Family returns the record's address family.
 func (r *Record) Family() Family {

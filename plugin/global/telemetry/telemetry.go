@@ -23,13 +23,34 @@ var (
 		Name:      "services",
 		Help:      "Number of global services in the index.",
 	})
-	// Records is the number of ready records answered, per member cluster.
+	// Records is the number of records, per member cluster and state.
 	Records = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: Plugin,
 		Name:      "records",
-		Help:      "Number of ready records in the index, per member cluster.",
+		Help:      "Number of records in the index, per member cluster and state (ready, not_ready, terminating, gateway_down).",
+	}, []string{"cluster", "state"})
+	// RecordsWithoutPodMirror counts mirror records that have no per-pod mirror to tell their gateway's liveness.
+	RecordsWithoutPodMirror = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "records_without_pod_mirror",
+		Help:      "Mirror records with no per-pod mirror Service of their address, whose readiness is the headless mirror's alone, per member cluster.",
 	}, []string{"cluster"})
+	// ClusterDown is 1 for a linked cluster whose records are all left out because its gateway is down.
+	ClusterDown = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "cluster_down",
+		Help:      "1 while no record of a member cluster is ready and some are left out because Linkerd's gateway probe of that cluster fails.",
+	}, []string{"cluster"})
+	// ClusterUnnamed is 1 while mirrors exist and the Corefile does not name this cluster.
+	ClusterUnnamed = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "cluster_unnamed",
+		Help:      "1 while mirrors from linked clusters exist and the Corefile leaves `cluster` at its default.",
+	})
 	// ProgrammingDuration is the time from a watch event to the index snapshot that reflects it.
 	ProgrammingDuration = promauto.NewHistogram(prometheus.HistogramOpts{
 		Namespace:                   plugin.Namespace,

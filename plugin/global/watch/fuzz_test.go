@@ -46,13 +46,17 @@ func FuzzIndex(f *testing.F) {
 		f.Add([]byte(seed.svc), []byte(seed.slices), seed.mirror)
 	}
 	topo := indextest.Topology()
-	f.Fuzz(func(t *testing.T, svcJSON, slicesJSON []byte, mirror bool) {
+	f.Fuzz(func(t *testing.T, svcJSON, slicesJSON []byte, isMirror bool) {
 		var svc corev1.Service
 		var objs []discoveryv1.EndpointSlice
 		if json.Unmarshal(svcJSON, &svc) != nil || json.Unmarshal(slicesJSON, &objs) != nil {
 			return
 		}
-		tr := transform(mirror)
+		src := fromLocal
+		if isMirror {
+			src = fromMirror
+		}
+		tr := transform(src)
 		so, err := tr(&svc)
 		if err != nil {
 			t.Fatalf("transform failed: %v", err)
@@ -77,9 +81,9 @@ func FuzzIndex(f *testing.F) {
 				sls = append(sls, sl.slice)
 			}
 		}
-		src := indextest.New()
-		src.Add(s.global, s.member, sls...)
-		g := topo.Build(s.global, src)
+		mem := indextest.New()
+		mem.Add(s.global, s.member, sls...)
+		g := topo.Build(s.global, mem)
 		if g == nil {
 			if s.member.Cluster != topo.Local {
 				t.Fatal("a member built no service")

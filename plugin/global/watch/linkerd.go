@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"net/netip"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -21,7 +22,10 @@ const (
 	// DefaultExportSelector selects the local Services Linkerd exports to other clusters.
 	DefaultExportSelector = "mirror.linkerd.io/exported=true"
 
-	mirrorSelector = LabelMirroredService + "=true"
+	// The headless mirrors' slices (and the ClusterIP mirrors'), without the per-pod mirrors'.
+	mirrorSliceSelector    = LabelMirroredService + "=true,!" + LabelHeadlessMirror
+	mirrorServiceSelector  = LabelMirroredService + "=true"
+	podMirrorSliceSelector = LabelHeadlessMirror
 )
 
 // Reasons a Service or EndpointSlice (or part of one) is skipped: the values of the
@@ -37,6 +41,7 @@ const (
 	ReasonBadHostname        = "invalid_hostname"
 	ReasonPortWithoutNumber  = "port_without_number"
 	ReasonMirrorFallbackName = "mirror_name_from_suffix"
+	ReasonBadPodMirror       = "invalid_pod_mirror"
 )
 
 // mirrorMember classifies a Service seen by the mirror informer. It returns the member and the
@@ -65,6 +70,21 @@ func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	}
 	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Cluster: cluster, Ports: servicePorts(s)}
 	return m, index.Key{Namespace: s.Namespace, Name: name}
+}
+
+// podMirrorOf returns, for one of Linkerd's per-pod mirrors (cluster_watcher_headless.go
+// createEndpointMirrorService), the headless mirror it belongs to and its ClusterIP; "" otherwise.
+func podMirrorOf(s *corev1.Service, p *problems) (string, netip.Addr) {
+	root := s.Labels[LabelHeadlessMirror]
+	if root == "" {
+		return "", netip.Addr{}
+	}
+	ip, err := netip.ParseAddr(s.Spec.ClusterIP)
+	if err != nil || ip.Zone() != "" {
+		p.add(ReasonBadPodMirror, "per-pod mirror with clusterIP "+quote(s.Spec.ClusterIP))
+		return "", netip.Addr{}
+	}
+	return root, ip.Unmap()
 }
 
 // remoteName recovers the original Service name of a mirror: the first label of the

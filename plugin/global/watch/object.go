@@ -26,13 +26,18 @@ type service struct {
 	meta
 	member *index.Member // nil: not a member of any global service
 	global index.Key
+	// A per-pod mirror: the headless mirror it belongs to and its ClusterIP, the record address it
+	// tells the liveness of. "" and invalid for every other Service.
+	podOf     string
+	clusterIP netip.Addr
 }
 
 // slice is an EndpointSlice as the index sees it.
 type slice struct {
 	meta
 	service string       // kubernetes.io/service-name
-	slice   *index.Slice // nil: skipped
+	slice   *index.Slice // nil: skipped, or a per-pod mirror's slice
+	ready   bool         // a per-pod mirror's slice has a ready endpoint (its cluster's gateway is up)
 }
 
 // meta is all of an object's metadata the informer needs (its store's key, the version): three
@@ -53,17 +58,27 @@ func (*meta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 func (s *service) DeepCopyObject() runtime.Object { c := *s; return &c }
 func (s *slice) DeepCopyObject() runtime.Object   { c := *s; return &c }
 
-// transform returns the informer transform for one kind of source (mirrors or local services).
+// source is what one informer watches, which decides how its objects are converted.
+type source uint8
+
+const (
+	fromLocal     source = iota // Services selected by the export selector, and their slices
+	fromMirror                  // Linkerd's mirror Services, and the headless mirrors' slices
+	fromPodMirror               // the slices of Linkerd's per-pod mirrors: only their readiness counts
+)
+
+// transform returns the informer transform for one source.
 // It must never fail (an error would stall the informer) and must be idempotent.
-func transform(mirror bool) func(any) (any, error) {
+func transform(src source) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
 			p := problems{kind: "Service", meta: &o.ObjectMeta}
 			s := &service{meta: slimMeta(&o.ObjectMeta)}
-			if mirror {
+			if src == fromMirror {
 				s.member, s.global = mirrorMember(o, &p)
+				s.podOf, s.clusterIP = podMirrorOf(o, &p)
 			} else {
 				s.member, s.global = localMember(o)
 			}
@@ -73,9 +88,12 @@ func transform(mirror bool) func(any) (any, error) {
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
 			p := problems{kind: "EndpointSlice", meta: &o.ObjectMeta}
 			s := &slice{meta: slimMeta(&o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName]}
-			if s.service == "" {
+			switch {
+			case s.service == "":
 				p.add(ReasonNoServiceLabel, "no "+discoveryv1.LabelServiceName+" label")
-			} else {
+			case src == fromPodMirror:
+				s.ready = slices.ContainsFunc(o.Endpoints, func(e discoveryv1.Endpoint) bool { return deref(e.Conditions.Ready, true) })
+			default:
 				s.slice = convertSlice(o, &p)
 			}
 			p.report()

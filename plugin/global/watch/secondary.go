@@ -76,3 +76,6 @@ func (x *secondary[T]) update(obj any, present bool) {
 
 func globalOf(s *service) (string, bool) { return s.global.String(), s.member != nil }
 func serviceOf(s *slice) (string, bool)  { return s.namespace + "/" + s.service, s.service != "" }
+func podMirrorOwner(s *service) (string, bool) {
+	return s.namespace + "/" + s.podOf, s.podOf != ""
+}

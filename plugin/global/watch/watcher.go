@@ -32,13 +32,16 @@ type Watcher struct {
 }
 
 // scope is the informers of one namespace (or of all): Services and EndpointSlices that Linkerd
-// mirrored here, and the local ones selected by the export selector, and two secondary indexes:
-// mirror Services by global service, slices by Service.
+// mirrored here (the per-pod mirrors' slices apart), and the local ones selected by the export
+// selector, and secondary indexes: mirror Services by global service, per-pod mirrors by headless
+// mirror, slices by Service.
 type scope struct {
 	mirrorServices, mirrorSlices  cache.SharedIndexInformer
 	localServices, localSlices    cache.SharedIndexInformer
-	mirrorsByGlobal               *secondary[*service]
+	podMirrorSlices               cache.SharedIndexInformer
+	mirrorsByGlobal, podMirrorsBy *secondary[*service]
 	mirrorSlicesBy, localSlicesBy *secondary[*slice]
+	podMirrorSlicesBy             *secondary[*slice]
 }
 
 // New returns a Watcher of namespaces (all when empty), taking as local members the Services that
@@ -54,8 +57,8 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 	for _, ns := range namespaces {
 		// Informers without client-go's namespace index (a set of every key, unused here), each
 		// converting what it stores.
-		add := func(inf cache.SharedIndexInformer, mirror bool) cache.SharedIndexInformer {
-			if err := inf.SetTransform(transform(mirror)); err != nil {
+		add := func(inf cache.SharedIndexInformer, src source) cache.SharedIndexInformer {
+			if err := inf.SetTransform(transform(src)); err != nil {
 				panic(err) // only fails once the informer has started
 			}
 			w.informers = append(w.informers, inf)
@@ -68,13 +71,16 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 			return discoveryinformers.NewFilteredEndpointSliceInformer(client, ns, 0, cache.Indexers{}, labelSelector(selector))
 		}
 		w.scopes[ns] = &scope{
-			mirrorServices:  add(services(mirrorSelector), true),
-			mirrorSlices:    add(endpointSlices(mirrorSelector), true),
-			localServices:   add(services(exportSelector), false),
-			localSlices:     add(endpointSlices(exportSelector), false),
-			mirrorsByGlobal: newSecondary(globalOf),
-			mirrorSlicesBy:  newSecondary(serviceOf),
-			localSlicesBy:   newSecondary(serviceOf),
+			mirrorServices:    add(services(mirrorServiceSelector), fromMirror),
+			mirrorSlices:      add(endpointSlices(mirrorSliceSelector), fromMirror),
+			localServices:     add(services(exportSelector), fromLocal),
+			localSlices:       add(endpointSlices(exportSelector), fromLocal),
+			podMirrorSlices:   add(endpointSlices(podMirrorSliceSelector), fromPodMirror),
+			mirrorsByGlobal:   newSecondary(globalOf),
+			podMirrorsBy:      newSecondary(podMirrorOwner),
+			mirrorSlicesBy:    newSecondary(serviceOf),
+			localSlicesBy:     newSecondary(serviceOf),
+			podMirrorSlicesBy: newSecondary(serviceOf),
 		}
 	}
 	return w, nil
@@ -86,17 +92,18 @@ func (w *Watcher) Run(ctx context.Context, sink Sink) error {
 	var synced []cache.InformerSynced
 	for _, sc := range w.scopes {
 		handlers := []struct {
-			inf   cache.SharedIndexInformer
-			key   func(any) (index.Key, bool)
-			index interface{ update(any, bool) }
+			inf     cache.SharedIndexInformer
+			key     func(any) (index.Key, bool)
+			indexes []updater
 		}{
-			{sc.mirrorServices, serviceKey, sc.mirrorsByGlobal},
+			{sc.mirrorServices, sc.mirrorServiceKey, []updater{sc.mirrorsByGlobal, sc.podMirrorsBy}},
 			{sc.localServices, serviceKey, nil},
-			{sc.localSlices, localSliceKey, sc.localSlicesBy},
-			{sc.mirrorSlices, sc.mirrorSliceKey, sc.mirrorSlicesBy},
+			{sc.localSlices, localSliceKey, []updater{sc.localSlicesBy}},
+			{sc.mirrorSlices, sc.mirrorSliceKey, []updater{sc.mirrorSlicesBy}},
+			{sc.podMirrorSlices, sc.mirrorSliceKey, []updater{sc.podMirrorSlicesBy}},
 		}
 		for _, h := range handlers {
-			reg, err := h.inf.AddEventHandler(changes(h.key, h.index, sink))
+			reg, err := h.inf.AddEventHandler(changes(h.key, h.indexes, sink))
 			if err != nil {
 				return err
 			}
@@ -121,16 +128,19 @@ func labelSelector(selector string) func(*metav1.ListOptions) {
 	return func(o *metav1.ListOptions) { o.LabelSelector = selector }
 }
 
+// updater is a secondary index kept by informer events.
+type updater interface{ update(obj any, present bool) }
+
 // changes turns informer events into sink.Changed calls for the global services involved, before
-// and after the change, once idx (when not nil) reflects the event.
-func changes(key func(any) (index.Key, bool), idx interface{ update(any, bool) }, sink Sink) cache.ResourceEventHandler {
+// and after the change, once the indexes reflect the event.
+func changes(key func(any) (index.Key, bool), indexes []updater, sink Sink) cache.ResourceEventHandler {
 	notify := func(obj any) {
 		if k, ok := key(obj); ok {
 			sink.Changed(k)
 		}
 	}
 	update := func(obj any, present bool) {
-		if idx != nil {
+		for _, idx := range indexes {
 			idx.update(obj, present)
 		}
 	}
@@ -168,18 +178,33 @@ func localSliceKey(obj any) (index.Key, bool) {
 	return index.Key{Namespace: s.namespace, Name: s.service}, true
 }
 
-// mirrorSliceKey finds the global service of a mirror's slice through the mirror Service. When the
-// Service is not cached yet, its own add event will rebuild the global service with this slice.
+// mirrorServiceKey is the global service of a headless mirror, or of the headless mirror a per-pod
+// mirror belongs to.
+func (sc *scope) mirrorServiceKey(obj any) (index.Key, bool) {
+	if s, ok := obj.(*service); ok && s.podOf != "" {
+		return sc.mirrorKey(s.namespace, s.podOf)
+	}
+	return serviceKey(obj)
+}
+
+// mirrorSliceKey finds the global service of a mirror's (or a per-pod mirror's) slice through its
+// Service. When the Service is not cached yet, its own add event will rebuild the global service
+// with this slice.
 func (sc *scope) mirrorSliceKey(obj any) (index.Key, bool) {
 	s, ok := obj.(*slice)
 	if !ok || s.service == "" {
 		return index.Key{}, false
 	}
-	svc, ok, _ := sc.mirrorServices.GetStore().GetByKey(s.namespace + "/" + s.service)
+	return sc.mirrorKey(s.namespace, s.service)
+}
+
+// mirrorKey is mirrorServiceKey of the cached mirror Service namespace/name.
+func (sc *scope) mirrorKey(namespace, name string) (index.Key, bool) {
+	svc, ok, _ := sc.mirrorServices.GetStore().GetByKey(namespace + "/" + name)
 	if !ok {
 		return index.Key{}, false
 	}
-	return serviceKey(svc)
+	return sc.mirrorServiceKey(svc)
 }
 
 func (w *Watcher) scope(namespace string) *scope {
@@ -225,6 +250,30 @@ func (w *Watcher) Slices(m *index.Member) []*index.Slice {
 		}
 	}
 	return out
+}
+
+// PodMirrors implements index.Source.
+func (w *Watcher) PodMirrors(m *index.Member) []index.PodMirror {
+	sc := w.scope(m.Namespace)
+	if sc == nil || m.Local() {
+		return nil
+	}
+	pods := sc.podMirrorsBy.get(m.Namespace + "/" + m.Name)
+	out := make([]index.PodMirror, 0, len(pods))
+	for _, p := range pods {
+		slices := sc.podMirrorSlicesBy.get(p.namespace + "/" + p.name)
+		out = append(out, index.PodMirror{Addr: p.clusterIP, Ready: slicesReady(slices)})
+	}
+	return out
+}
+
+func slicesReady(ss []*slice) bool {
+	for _, s := range ss {
+		if s.ready {
+			return true
+		}
+	}
+	return false
 }
 
 var _ index.Source = (*Watcher)(nil)

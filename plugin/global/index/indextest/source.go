@@ -13,11 +13,12 @@ type Source struct {
 	mu      sync.Mutex
 	members map[index.Key][]*index.Member
 	slices  map[*index.Member][]*index.Slice
+	pods    map[*index.Member][]index.PodMirror
 }
 
 // New returns an empty Source.
 func New() *Source {
-	return &Source{members: map[index.Key][]*index.Member{}, slices: map[*index.Member][]*index.Slice{}}
+	return &Source{members: map[index.Key][]*index.Member{}, slices: map[*index.Member][]*index.Slice{}, pods: map[*index.Member][]index.PodMirror{}}
 }
 
 // Add makes m a member of k with the given slices and returns m.
@@ -36,6 +37,18 @@ func (s *Source) SetSlices(m *index.Member, slices ...*index.Slice) {
 	s.slices[m] = slices
 }
 
+// SetPodMirrors replaces the per-pod mirrors of mirror member m.
+func (s *Source) SetPodMirrors(m *index.Member, pods ...index.PodMirror) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pods[m] = pods
+}
+
+// PodMirror returns the per-pod mirror of address addr, ready or not.
+func PodMirror(addr string, ready bool) index.PodMirror {
+	return index.PodMirror{Addr: netip.MustParseAddr(addr), Ready: ready}
+}
+
 // Remove drops member m of k.
 func (s *Source) Remove(k index.Key, m *index.Member) {
 	s.mu.Lock()
@@ -51,6 +64,7 @@ func (s *Source) Remove(k index.Key, m *index.Member) {
 		delete(s.members, k)
 	}
 	delete(s.slices, m)
+	delete(s.pods, m)
 }
 
 // Members implements index.Source.
@@ -65,6 +79,13 @@ func (s *Source) Slices(m *index.Member) []*index.Slice {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.slices[m]
+}
+
+// PodMirrors implements index.Source.
+func (s *Source) PodMirrors(m *index.Member) []index.PodMirror {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pods[m]
 }
 
 // Endpoint returns a ready endpoint with one address.

@@ -1,0 +1,105 @@
+package index
+
+import (
+	"maps"
+
+	"github.com/globaldns/global/plugin/global/telemetry"
+)
+
+// health counts the index's records per member cluster and state, for the records gauges, and
+// tells when a linked cluster goes down or comes back: once per cluster, not once per record.
+type health struct {
+	topo     *Topology
+	counts   map[string]*clusterCounts
+	reported map[string]clusterCounts // as last reported
+	down     map[string]bool          // clusters reported down
+	unnamed  bool                     // the cluster-name warning was given
+}
+
+type clusterCounts struct {
+	states      map[string]int // by Record.State
+	noPodMirror int            // mirror records without a per-pod mirror: readiness from the headless mirror alone
+}
+
+func newHealth(topo *Topology) health {
+	return health{topo: topo, counts: map[string]*clusterCounts{}, reported: map[string]clusterCounts{}, down: map[string]bool{}}
+}
+
+// add counts svc's records with sign +1 (published) or -1 (replaced); svc may be nil.
+func (h *health) add(svc *Service, sign int) {
+	if svc == nil {
+		return
+	}
+	for i := range svc.Records {
+		r := &svc.Records[i]
+		c := h.counts[r.Cluster]
+		if c == nil {
+			c = &clusterCounts{states: map[string]int{}}
+			h.counts[r.Cluster] = c
+		}
+		c.states[r.State()] += sign
+		if r.Gateway == GatewayUnknown && r.Cluster != h.topo.Local {
+			c.noPodMirror += sign
+		}
+	}
+}
+
+// report sets the gauges of the clusters whose counts changed since the last report, and logs
+// each cluster that went down (it has records, none ready, some with the gateway down) or came back.
+func (h *health) report() {
+	mirrors := 0
+	for cluster, c := range h.counts {
+		total := 0
+		for _, n := range c.states {
+			total += n
+		}
+		if cluster != h.topo.Local {
+			mirrors += total
+		}
+		if last, ok := h.reported[cluster]; ok && maps.Equal(last.states, c.states) && last.noPodMirror == c.noPodMirror {
+			continue
+		}
+		for _, state := range []string{StateReady, StateNotReady, StateTerminating, StateGatewayDown} {
+			telemetry.Records.WithLabelValues(cluster, state).Set(float64(c.states[state]))
+		}
+		telemetry.RecordsWithoutPodMirror.WithLabelValues(cluster).Set(float64(c.noPodMirror))
+		h.reported[cluster] = clusterCounts{states: maps.Clone(c.states), noPodMirror: c.noPodMirror}
+
+		down := c.states[StateGatewayDown] > 0 && c.states[StateReady] == 0
+		switch {
+		case down && !h.down[cluster]:
+			telemetry.Log.Warningf("cluster %q is down: Linkerd's gateway probe fails, its %d records are answered as not ready", cluster, c.states[StateGatewayDown])
+		case !down && h.down[cluster]:
+			telemetry.Log.Infof("cluster %q is back: %d records ready", cluster, c.states[StateReady])
+		}
+		h.down[cluster] = down
+		telemetry.ClusterDown.WithLabelValues(cluster).Set(b2f(down))
+		if total == 0 {
+			h.forget(cluster)
+		}
+	}
+	unnamed := h.topo.Unnamed && mirrors > 0
+	if unnamed && !h.unnamed {
+		telemetry.Log.Warningf("the Corefile names no cluster (`cluster` is %q) while mirrors from linked clusters exist: "+
+			"pods asking for their own per-cluster or per-pod name under the name the other clusters use get NXDOMAIN", h.topo.Local)
+	}
+	h.unnamed = unnamed
+	telemetry.ClusterUnnamed.Set(b2f(unnamed))
+}
+
+// forget drops a cluster that has no record left, and its gauges.
+func (h *health) forget(cluster string) {
+	delete(h.counts, cluster)
+	delete(h.reported, cluster)
+	delete(h.down, cluster)
+	telemetry.Records.DeletePartialMatch(map[string]string{"cluster": cluster})
+	telemetry.RecordsWithoutPodMirror.DeleteLabelValues(cluster)
+	telemetry.ClusterDown.DeleteLabelValues(cluster)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
