@@ -90,7 +90,9 @@ func gatewayPorts(ports []Port) []corev1.EndpointPort {
 	return out
 }
 
-// RemoteEndpoint is a pod of the remote StatefulSet.
+// RemoteEndpoint is a pod of the remote StatefulSet. Linkerd mirrors only ready remote pods
+// (cluster_watcher_headless.go): one that is not ready has no per-pod mirror and is not in the
+// headless mirror's Endpoints, unless Mirror.RootNotReady asks for the older shape.
 type RemoteEndpoint struct {
 	Hostname string
 	Ready    bool
@@ -108,6 +110,16 @@ type Mirror struct {
 	// Linkerd produces in an IPv6 cluster. (Linkerd sets no IP family; the
 	// harness cluster is dual-stack, IPv4 first.)
 	IPv6 bool
+	// GatewayDown creates the per-pod mirrors' Endpoints as Linkerd does while
+	// the cluster's gateway fails its probe: the gateway address in
+	// notReadyAddresses (cluster_watcher.go createMirrorEndpoints ->
+	// updateReadiness). SetGateway flips existing mirrors.
+	GatewayDown bool
+	// RootNotReady writes the older shape, which current Linkerd still writes
+	// when it updates a headless mirror while the gateway is down
+	// (updateMirrorEndpoints): endpoints that are not ready go to the
+	// headless mirror's notReadyAddresses and keep their per-pod mirror.
+	RootNotReady bool
 }
 
 // MirroredName is the local name Linkerd gives remote name: <name>-<cluster>.
@@ -144,7 +156,9 @@ func fqName(service, namespace string) string {
 
 // CreateMirror creates what Linkerd's service mirror (with
 // enableHeadlessServices) creates for an exported headless service, in
-// Linkerd's order:
+// Linkerd's order (linkerd2 multicluster/service-mirror/
+// cluster_watcher_headless.go createRemoteHeadlessService,
+// createEndpointMirrorService, createHeadlessMirrorEndpoints):
 //   - the headless mirror Service <svc>-<cluster> (clusterIP None, no
 //     selector, mirror labels, annotations remote-svc-fq-name and
 //     remote-resource-version, the remote service ports);
@@ -158,10 +172,10 @@ func fqName(service, namespace string) string {
 //     whose addresses are {hostname, ClusterIP of the per-pod Service} and
 //     whose ports are the remote TARGET ports.
 //
-// Ready endpoints go to addresses, others to notReadyAddresses. Note that
-// Linkerd itself leaves out remote pods that are not ready, and moves
-// addresses to notReadyAddresses only when the gateway probe fails; a Ready
-// false endpoint models the latter.
+// The headless mirror's addresses are always ready: gateway liveness is on
+// the per-pod mirrors (see SetGateway). Endpoints that are not ready are left
+// out, as Linkerd mirrors only the remote Endpoints' ready addresses (or, with
+// RootNotReady, put in notReadyAddresses).
 func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*MirrorObjects, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
@@ -194,7 +208,7 @@ func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 		return nil, fmt.Errorf("create headless mirror service %s/%s: %w", m.Namespace, name, err)
 	}
 	objs := &MirrorObjects{Namespace: m.Namespace, Service: name, PodServices: map[string]string{}, ClusterIPs: map[string]string{}}
-	for _, e := range m.Endpoints {
+	for _, e := range m.mirrored() {
 		if err := createPodMirror(ctx, c, m, e.Hostname, objs); err != nil {
 			return nil, err
 		}
@@ -225,7 +239,7 @@ func UpdateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 		return nil, err
 	}
 	want := map[string]bool{}
-	for _, e := range m.Endpoints {
+	for _, e := range m.mirrored() {
 		pod := MirroredName(e.Hostname, m.Cluster)
 		want[pod] = true
 		if s, ok := existing[pod]; ok {
@@ -313,10 +327,22 @@ func (m Mirror) endpointsAnnotations() map[string]string {
 	return a
 }
 
+// mirrored returns the remote endpoints Linkerd mirrors: the ready ones, or
+// all of them in the RootNotReady shape.
+func (m Mirror) mirrored() []RemoteEndpoint {
+	var out []RemoteEndpoint
+	for _, e := range m.Endpoints {
+		if e.Ready || m.RootNotReady {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // subsets builds the headless mirror Endpoints' single subset.
 func (m Mirror) subsets(objs *MirrorObjects) []corev1.EndpointSubset {
 	var s corev1.EndpointSubset
-	for _, e := range m.Endpoints {
+	for _, e := range m.mirrored() {
 		a := corev1.EndpointAddress{Hostname: e.Hostname, IP: objs.ClusterIPs[e.Hostname]}
 		if e.Ready {
 			s.Addresses = append(s.Addresses, a)
@@ -364,10 +390,7 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 			AnnotationRemoteSvcFqName:       fq,
 			AnnotationRemoteGatewayIdentity: GatewayIdentity,
 		}},
-		Subsets: []corev1.EndpointSubset{{
-			Addresses: []corev1.EndpointAddress{{IP: gateway}},
-			Ports:     gatewayPorts(m.Ports),
-		}},
+		Subsets: []corev1.EndpointSubset{gatewaySubset([]corev1.EndpointAddress{{IP: gateway}}, gatewayPorts(m.Ports), !m.GatewayDown)},
 	}
 	if _, err := c.CoreV1().Endpoints(m.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create endpoint mirror endpoints %s/%s: %w", m.Namespace, name, err)
@@ -375,6 +398,79 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 	objs.PodServices[hostname] = name
 	objs.ClusterIPs[hostname] = created.Spec.ClusterIP
 	return nil
+}
+
+// gatewaySubset is a subset of gateway addresses, in addresses while the
+// gateway is alive and in notReadyAddresses while it is not (Linkerd's
+// updateReadiness).
+func gatewaySubset(addrs []corev1.EndpointAddress, ports []corev1.EndpointPort, alive bool) corev1.EndpointSubset {
+	if alive {
+		return corev1.EndpointSubset{Addresses: addrs, Ports: ports}
+	}
+	return corev1.EndpointSubset{NotReadyAddresses: addrs, Ports: ports}
+}
+
+// SetGateway does what Linkerd's service mirror does when its probe of
+// cluster's gateway changes state (linkerd2 multicluster/service-mirror/
+// cluster_watcher.go repairEndpoints): every mirror Service of that cluster,
+// in every namespace, except headless mirrors (whose Endpoints point at the
+// per-pod mirrors) and remote-discovery mirrors (which have none), gets its
+// Endpoints rewritten with the gateway addresses, ready while the gateway is
+// alive and not ready while it is not. The probe's own Endpoints are never
+// marked not ready (createOrUpdateGatewayEndpoints), so they are not touched.
+// It returns how many Endpoints it rewrote.
+func SetGateway(ctx context.Context, c kubernetes.Interface, cluster string, alive bool) (int, error) {
+	return SetGatewayIn(ctx, c, metav1.NamespaceAll, cluster, alive, nil)
+}
+
+// SetGatewayIn is SetGateway limited to one namespace ("" for all), so that tests sharing a
+// control plane stay apart, calling written (when not nil) after each Endpoints write.
+func SetGatewayIn(ctx context.Context, c kubernetes.Interface, namespace, cluster string, alive bool, written func(*corev1.Service)) (int, error) {
+	svcs, err := c.CoreV1().Services(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: LabelMirroredService + "=true," + LabelClusterName + "=" + cluster,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list mirrors of %s: %w", cluster, err)
+	}
+	n := 0
+	for _, svc := range svcs.Items {
+		if svc.Spec.ClusterIP == corev1.ClusterIPNone || svc.Labels[LabelRemoteDiscovery] != "" {
+			continue
+		}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			ep, err := c.CoreV1().Endpoints(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			var addrs []corev1.EndpointAddress
+			var ports []corev1.EndpointPort
+			for _, s := range ep.Subsets {
+				addrs = append(append(addrs, s.Addresses...), s.NotReadyAddresses...)
+				ports = s.Ports
+			}
+			ep.Subsets = []corev1.EndpointSubset{gatewaySubset(addrs, ports, alive)}
+			_, err = c.CoreV1().Endpoints(svc.Namespace).Update(ctx, ep, metav1.UpdateOptions{})
+			return err
+		})
+		if apierrors.IsNotFound(err) {
+			continue // deleted meanwhile, as Linkerd would find it
+		}
+		if err != nil {
+			return n, fmt.Errorf("set gateway of %s alive=%t on %s/%s: %w", cluster, alive, svc.Namespace, svc.Name, err)
+		}
+		if written != nil {
+			written(&svc)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// DeletePodMirror deletes the per-pod mirror of hostname (Service and
+// Endpoints) and leaves the headless mirror as it is: the moment before
+// Linkerd creates a per-pod mirror, or a mirror version without them.
+func DeletePodMirror(ctx context.Context, c kubernetes.Interface, namespace, hostname, cluster string) error {
+	return deleteServiceAndEndpoints(ctx, c, namespace, MirroredName(hostname, cluster))
 }
 
 // podMirrors returns the per-pod Services of headless mirror name, by name.

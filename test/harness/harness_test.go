@@ -166,7 +166,8 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 	}
 	objs, err := CreateMirror(ctx, c, m)
 	must(t, err)
-	if objs.Service != "foo-target1" || objs.PodServices["foo-0"] != "foo-0-target1" || len(objs.ClusterIPs) != 2 {
+	// Linkerd mirrors only ready remote pods: foo-1 has no per-pod mirror.
+	if objs.Service != "foo-target1" || objs.PodServices["foo-0"] != "foo-0-target1" || len(objs.ClusterIPs) != 1 {
 		t.Fatalf("objects %+v", objs)
 	}
 
@@ -180,7 +181,7 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 	}
 	ep, err := c.CoreV1().Endpoints("db").Get(ctx, "foo-target1", metav1.GetOptions{})
 	must(t, err)
-	if len(ep.Subsets) != 1 || len(ep.Subsets[0].Addresses) != 1 || len(ep.Subsets[0].NotReadyAddresses) != 1 ||
+	if len(ep.Subsets) != 1 || len(ep.Subsets[0].Addresses) != 1 || len(ep.Subsets[0].NotReadyAddresses) != 0 ||
 		ep.Subsets[0].Addresses[0].Hostname != "foo-0" || ep.Subsets[0].Addresses[0].IP != objs.ClusterIPs["foo-0"] ||
 		ep.Subsets[0].Ports[0].Port != 15432 || ep.Annotations[AnnotationRemoteGatewayIdentity] == "" {
 		t.Errorf("headless mirror endpoints: %+v", ep)
@@ -190,7 +191,7 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 	var got []discoveryv1.EndpointSlice
 	must(t, WaitForSlices(ctx, c, "db", "foo-target1", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
-		return sameReadiness(map[string]bool{"foo-0": true, "foo-1": false})(s)
+		return sameReadiness(map[string]bool{"foo-0": true})(s)
 	}))
 	t.Logf("mirroring controller published the headless mirror in %v: %s", time.Since(begin).Round(time.Millisecond), DescribeSlices(got))
 	if len(got) != 1 {
@@ -233,6 +234,20 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 		return len(s) == 1 && s[0].Labels[LabelHeadlessMirrorSvcName] == "foo-target1" &&
 			len(s[0].Endpoints) == 1 && s[0].Endpoints[0].Addresses[0] == GatewayIP
 	}))
+
+	// The gateway dies: the per-pod mirrors' slices turn not ready, the
+	// headless mirror's stay ready; then it comes back.
+	for _, alive := range []bool{false, true} {
+		n, err := SetGateway(ctx, c, "target1", alive)
+		must(t, err)
+		if n != 1 {
+			t.Errorf("SetGateway(%t) rewrote %d Endpoints, want the one per-pod mirror", alive, n)
+		}
+		must(t, WaitForSlices(ctx, c, "db", "foo-0-target1", func(s []discoveryv1.EndpointSlice) bool {
+			return len(s) == 1 && len(s[0].Endpoints) == 1 && *s[0].Endpoints[0].Conditions.Ready == alive
+		}))
+		must(t, WaitForSlices(ctx, c, "db", "foo-target1", sameReadiness(map[string]bool{"foo-0": true})))
+	}
 
 	// foo-1 becomes ready, foo-2 appears.
 	m.Endpoints = []RemoteEndpoint{{Hostname: "foo-0", Ready: true}, {Hostname: "foo-1", Ready: true}, {Hostname: "foo-2", Ready: true}}
@@ -321,6 +336,8 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 		Namespace: "v6", Service: "six", Cluster: "west", IPv6: true,
 		Ports:     []Port{{Name: "http", Port: 80, TargetPort: 8080}},
 		Endpoints: []RemoteEndpoint{{Hostname: "six-0", Ready: true}, {Hostname: "six-1", Ready: false}},
+		// The older shape: not ready in the headless mirror's notReadyAddresses.
+		RootNotReady: true,
 	})
 	must(t, err)
 	for h, ip := range objs.ClusterIPs {
@@ -352,6 +369,15 @@ func testNegativeMirrors(t *testing.T, cp *ControlPlane) {
 	must(t, WaitForSlices(ctx, c, "web", "web-target1", func(s []discoveryv1.EndpointSlice) bool {
 		return len(s) == 1 && len(s[0].Endpoints) == 1 && s[0].Endpoints[0].Addresses[0] == GatewayIP &&
 			*s[0].Ports[0].Port == GatewayPort
+	}))
+	// A dead gateway marks ClusterIP mirrors not ready too; remote-discovery mirrors have no Endpoints.
+	n, err := SetGateway(ctx, c, "target1", false)
+	must(t, err)
+	if n != 1 {
+		t.Errorf("SetGateway rewrote %d Endpoints, want web-target1's alone", n)
+	}
+	must(t, WaitForSlices(ctx, c, "web", "web-target1", func(s []discoveryv1.EndpointSlice) bool {
+		return len(s) == 1 && len(s[0].Endpoints) == 1 && !*s[0].Endpoints[0].Conditions.Ready
 	}))
 	rd, err := c.CoreV1().Services("web").Get(ctx, "api-target1", metav1.GetOptions{})
 	must(t, err)
