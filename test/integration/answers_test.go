@@ -233,8 +233,12 @@ func TestReadyAndMetrics(t *testing.T) {
 		body := get(t, "http://"+c.MetricsAddr+"/metrics")
 		for _, want := range []string{
 			"coredns_global_services 1\n",
-			`coredns_global_records{cluster="east"} 2` + "\n",
-			`coredns_global_records{cluster="west"} 2` + "\n",
+			`coredns_global_records{cluster="east",state="ready"} 2` + "\n",
+			`coredns_global_records{cluster="east",state="not_ready"} 1` + "\n",
+			`coredns_global_records{cluster="west",state="ready"} 2` + "\n",
+			`coredns_global_records{cluster="west",state="gateway_down"} 0` + "\n",
+			`coredns_global_records_without_pod_mirror{cluster="west"} 0` + "\n",
+			`coredns_global_cluster_down{cluster="west"} 0` + "\n",
 			`coredns_global_skipped_total{reason="mirror_without_cluster_label"} 1` + "\n",
 			"coredns_global_programming_duration_seconds_count",
 		} {

@@ -127,8 +127,9 @@ func TestCoreScenario(t *testing.T) {
 	must(t, expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess,
 		append(srv[:2:2], append([]string{"SRV 1 100 5432 " + target("foo-0", "south")}, srv[2:]...)...)...))
 
-	// west's gateway goes down: Linkerd moves its addresses to notReadyAddresses.
-	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", false, false))
+	// west's gateway goes down: Linkerd marks west's per-pod mirrors not ready (liveness_test.go
+	// has the details).
+	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
 	must(t, err)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess,
 		"A 10.244.1.10", "A 10.244.2.11", "A "+south.ClusterIPs["foo-0"], "A "+north.ClusterIPs["foo-0"])

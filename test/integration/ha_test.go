@@ -105,7 +105,7 @@ func TestHA(t *testing.T) {
 	}
 
 	// Steady load, about 1000 queries a second over the replicas that report ready.
-	pool := newPool(replicas...)
+	pool := newPool("foo.db.global.", replicas...)
 	defer pool.stop()
 
 	// 1. kill -9 the leader: the others answer every query; a new leader converges the slices.
@@ -266,10 +266,11 @@ func waitLeader(t *testing.T, cs ...*harness.CoreDNS) *harness.CoreDNS {
 	return l
 }
 
-// pool is a DNS client that sends about 1000 queries a second, spread over the replicas that
+// pool is a DNS client that sends about 1000 A queries a second for one name, spread over the replicas that
 // report ready (polled every 100 ms, as a kubelet readiness probe and an EndpointSlice would
 // tell a Service), and counts the queries that do not get a NOERROR answer with records.
 type pool struct {
+	qname    string
 	mu       sync.Mutex
 	replicas map[*harness.CoreDNS]bool // replica -> ready
 	sent     atomic.Int64
@@ -279,8 +280,8 @@ type pool struct {
 	wg       sync.WaitGroup
 }
 
-func newPool(cs ...*harness.CoreDNS) *pool {
-	p := &pool{replicas: map[*harness.CoreDNS]bool{}, done: make(chan struct{})}
+func newPool(qname string, cs ...*harness.CoreDNS) *pool {
+	p := &pool{qname: qname, replicas: map[*harness.CoreDNS]bool{}, done: make(chan struct{})}
 	for _, c := range cs {
 		p.replicas[c] = true
 	}
@@ -344,7 +345,7 @@ func (p *pool) send() {
 	defer p.wg.Done()
 	cl := &dns.Client{Timeout: time.Second}
 	m := new(dns.Msg)
-	m.SetQuestion("foo.db.global.", dns.TypeA)
+	m.SetQuestion(p.qname, dns.TypeA)
 	tick := time.NewTicker(4 * time.Millisecond) // 4 senders: ~1000 queries a second
 	defer tick.Stop()
 	var i int
@@ -381,6 +382,17 @@ func (p *pool) send() {
 		}
 		p.mu.Unlock()
 	}
+}
+
+// await waits until n queries were sent since the last check: evidence, not a sleep.
+func (p *pool) await(t *testing.T, n int64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d queries", n), func() error {
+		if sent := p.sent.Load(); sent < n {
+			return fmt.Errorf("%d sent", sent)
+		}
+		return nil
+	})
 }
 
 // check reports the failures since the last check; queries to a replica removed from the pool

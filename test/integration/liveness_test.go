@@ -1,0 +1,199 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+)
+
+// TestGatewayLiveness follows Linkerd's gateway liveness as the real service mirror writes it: the
+// headless mirror stays ready, the per-pod mirrors of a cluster whose gateway fails its probe turn
+// not ready (harness.SetGateway), and that cluster leaves every answer and turns not ready in the
+// written slices, without a failed query, while the other clusters are untouched.
+func TestGatewayLiveness(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
+	must(t, err)
+	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
+	must(t, err)
+	// An IPv6 service from both linked clusters, for AAAA.
+	six := map[string]*harness.MirrorObjects{}
+	for _, cluster := range []string{"west", "north"} {
+		m := mirrorOf(ns, "six", cluster, true)
+		m.IPv6 = true
+		six[cluster], err = harness.CreateMirror(ctx, client(), m)
+		must(t, err)
+	}
+	tmpl := strings.Replace(fmt.Sprintf(writerCorefile, ns), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    ready {{.Ready}}\n", 1)
+	c := harness.StartCoreDNS(t, cp, tmpl)
+
+	fooNS := "foo." + ns + ".global."
+	sixNS := "six." + ns + ".global."
+	local := []string{"A 10.244.1.10", "A 10.244.2.11"}
+	westA := []string{"A " + west.ClusterIPs["foo-0"], "A " + west.ClusterIPs["foo-1"]}
+	northA := []string{"A " + north.ClusterIPs["foo-0"]}
+	srv := func(host, cluster string, prio int) string {
+		weight := map[string]int{"west": 50, "north": 100}[cluster]
+		return fmt.Sprintf("SRV %d %d 5432 %s.%s.%s", prio, weight, host, cluster, fooNS)
+	}
+	localSRV := []string{"SRV 0 50 15432 foo-0.east." + fooNS, "SRV 0 50 15432 foo-1.east." + fooNS}
+	westSRV := []string{srv("foo-0", "west", 2), srv("foo-1", "west", 2)}
+	northSRV := []string{srv("foo-0", "north", 3)}
+	cat := func(parts ...[]string) []string {
+		var out []string
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	// up checks every answer with west's gateway alive (or, alive false, dead).
+	up := func(alive bool) error {
+		checks := []error{
+			expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, cat(local, westA, northA)...),
+			expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, cat(localSRV, westSRV, northSRV)...),
+			expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA...),
+			expect(t, c, "foo-1.west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA[1]),
+			expect(t, c, "west."+fooNS, dns.TypeSRV, dns.RcodeSuccess, westSRV...),
+			expect(t, c, sixNS, dns.TypeAAAA, dns.RcodeSuccess, "AAAA "+six["west"].ClusterIPs["six-0"], "AAAA "+six["north"].ClusterIPs["six-0"]),
+		}
+		if !alive {
+			checks = []error{
+				expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, cat(local, northA)...),
+				expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, cat(localSRV, northSRV)...),
+				expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeNameError),
+				expect(t, c, "foo-1.west."+fooNS, dns.TypeA, dns.RcodeNameError),
+				expect(t, c, "west."+fooNS, dns.TypeSRV, dns.RcodeNameError),
+				expect(t, c, sixNS, dns.TypeAAAA, dns.RcodeSuccess, "AAAA "+six["north"].ClusterIPs["six-0"]),
+			}
+		}
+		// Whatever west's state, the other clusters answer as before.
+		checks = append(checks,
+			expect(t, c, "east."+fooNS, dns.TypeA, dns.RcodeSuccess, local...),
+			expect(t, c, "north."+fooNS, dns.TypeA, dns.RcodeSuccess, northA...))
+		for _, err := range checks {
+			if err != nil {
+				return err
+			}
+		}
+		return writtenReadiness(t, ns, alive)
+	}
+	podMirrors := 3 // west's per-pod mirrors: foo-0, foo-1, six-0
+	setGateway := func(alive bool) {
+		t.Helper()
+		n, err := harness.SetGatewayIn(ctx, client(), ns, "west", alive, nil)
+		must(t, err)
+		if n != podMirrors {
+			t.Fatalf("SetGateway rewrote %d Endpoints, want %d", n, podMirrors)
+		}
+	}
+	eventually(t, "west up", func() error { return up(true) })
+
+	load := newPool(fooNS, c)
+	defer load.stop()
+
+	setGateway(false)
+	eventually(t, "west down", func() error { return up(false) })
+	load.await(t, 500)
+	eventually(t, "one log line and the metrics of west going down", func() error {
+		if n := strings.Count(c.Logs(), `cluster "west" is down`); n != 1 {
+			return fmt.Errorf("%d lines", n)
+		}
+		if v, w := metric(t, c, `coredns_global_cluster_down{cluster="west"}`), metric(t, c, `coredns_global_records{cluster="west",state="gateway_down"}`); v != "1" || w != "3" {
+			return fmt.Errorf("cluster_down %q, gateway_down records %q", v, w)
+		}
+		return nil
+	})
+	load.check(t, "gateway down")
+
+	setGateway(true)
+	eventually(t, "west back", func() error { return up(true) })
+	load.await(t, 500)
+	eventually(t, "one log line for west coming back", func() error {
+		if n := strings.Count(c.Logs(), `cluster "west" is back`); n != 1 {
+			return fmt.Errorf("%d lines", n)
+		}
+		return nil
+	})
+	load.check(t, "gateway up")
+
+	// Flaps, faster than a second: the last state wins.
+	setGateway(false)
+	setGateway(true)
+	eventually(t, "west up after down/up", func() error { return up(true) })
+	setGateway(false)
+	setGateway(true)
+	setGateway(false)
+	eventually(t, "west down after down/up/down", func() error { return up(false) })
+	load.check(t, "flaps")
+
+	// A record without a per-pod mirror (not created yet, or a Linkerd without them) keeps the
+	// headless mirror's readiness: west's foo-1 answers again though its gateway is down.
+	must(t, harness.DeletePodMirror(ctx, client(), ns, "foo-1", "west"))
+	podMirrors--
+	eventuallyExpect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA[1])
+	if v := metric(t, c, `coredns_global_records_without_pod_mirror{cluster="west"}`); v != "1" {
+		t.Errorf("records without a per-pod mirror: %q, want 1", v)
+	}
+	setGateway(true)
+	eventuallyExpect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA...)
+
+	// The older shape: a headless mirror address in notReadyAddresses is not ready whatever its
+	// per-pod mirror says.
+	legacy := mirror(ns, "north", false)
+	legacy.RootNotReady = true
+	_, err = harness.UpdateMirror(ctx, client(), legacy)
+	must(t, err)
+	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, cat(local, westA)...)
+	load.check(t, "per-pod mirror removed, older shape")
+}
+
+// writtenReadiness checks the written foo-global slices: west's endpoints ready and serving
+// as alive says, every other endpoint as it always is here (east's foo-2 is a not-ready pod).
+func writtenReadiness(t *testing.T, ns string, alive bool) error {
+	_, sl := written(t, ns)
+	n := 0
+	for _, es := range sl {
+		for _, e := range es.Endpoints {
+			n++
+			want := *e.Hostname != "foo-2-east"
+			if es.Labels["globaldns.io/source-cluster"] == "west" {
+				want = alive
+			}
+			if *e.Conditions.Ready != want || *e.Conditions.Serving != want {
+				return fmt.Errorf("%s: ready %v serving %v, want %v:\n%s", *e.Hostname, *e.Conditions.Ready, *e.Conditions.Serving, want, describeAll(sl))
+			}
+		}
+	}
+	if n != 6 {
+		return fmt.Errorf("%d written endpoints, want 6:\n%s", n, describeAll(sl))
+	}
+	return nil
+}
+
+// TestUnnamedClusterWarns: with mirrors present and no `cluster` in the Corefile, pods asking for
+// their own per-cluster names under the name other clusters use would get NXDOMAIN: say so.
+func TestUnnamedClusterWarns(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	tmpl := strings.Replace(fmt.Sprintf(corefile, ns), "        cluster east\n", "", 1)
+	tmpl = strings.Replace(tmpl, "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    prometheus {{.Metrics}}\n", 1)
+	c := harness.StartCoreDNS(t, cp, tmpl)
+	if v := metric(t, c, "coredns_global_cluster_unnamed"); v != "0" {
+		t.Errorf("cluster_unnamed %q without mirrors, want 0", v)
+	}
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
+	must(t, err)
+	eventually(t, "the warning", func() error {
+		if n := strings.Count(c.Logs(), "names no cluster"); n != 1 || metric(t, c, "coredns_global_cluster_unnamed") != "1" {
+			return fmt.Errorf("%d log lines, metric %q", n, metric(t, c, "coredns_global_cluster_unnamed"))
+		}
+		return nil
+	})
+}
