@@ -25,6 +25,10 @@ type options struct {
 	out      string
 	only     string // run only the steps whose names contain this
 	work     string // scratch directory
+	// corednsEnv is added to the environment of the scale step's coredns processes, to compare
+	// settings (e.g. KUBE_FEATURE_WatchListClient=false).
+	corednsEnv []string
+	profiles   string // where the scale step saves each coredns's heap profile, heap-<run>.pb.gz
 }
 
 func main() {
@@ -35,6 +39,11 @@ func main() {
 	flag.IntVar(&o.services, "services", 10000, "global services in the scale test (x 4 clusters x 3 endpoints)")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "where to write the report")
 	flag.StringVar(&o.only, "only", "", "run only the steps whose names contain this (throughput, programming, scale, micro)")
+	flag.Func("coredns-env", "KEY=VALUE added to the scale step's coredns environment (repeatable)", func(v string) error {
+		o.corednsEnv = append(o.corednsEnv, v)
+		return nil
+	})
+	flag.StringVar(&o.profiles, "profiles", "", "save the scale step's heap profiles (heap-<run>.pb.gz) in this directory")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -48,6 +48,9 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 	if err != nil {
 		return err
 	}
+	if err := gatewayFixtures(ctx, c); err != nil {
+		return err
+	}
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -137,6 +140,16 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 		fmt.Printf("%-40s %5d endpoints: DNS p99 %s, writer p99 %s, %.2f writes/change\n", s.name, s.n, ms(quantile(dnsLat, .99)), ms(quantile(writeLat, .99)), perChange)
 	}
 
+	for _, g := range gatewayCases {
+		if err := waitAnswers(ctx, dns1.Addr, fmt.Sprintf("%s.%s.global.", g.svc, progNS), g.n); err != nil {
+			return err
+		}
+	}
+	gwSec, gwGoals, err := gatewayRows(ctx, c, dns1.Addr, dns1.MetricsAddr)
+	if err != nil {
+		return err
+	}
+
 	// A restart with nothing changed writes nothing.
 	dns1.Stop()
 	stopped = true
@@ -164,8 +177,10 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 	wSec.intro += fmt.Sprintf(" A restart with nothing changed, once the new process led and synced every service: **%.0f writes**.", restartWrites)
 
 	r.add(dnsSec)
+	r.add(gwSec)
 	r.add(wSec)
 	r.goal("Programming latency p99, 10 and 10,000 endpoints", "≤ 100 ms, the same at both", joinComma(p99s))
+	r.goal("Gateway down or up → DNS, p99 after each per-pod mirror's Endpoints write, 3 and 1,000 pods", "≤ 100 ms", joinComma(gwGoals))
 	r.goal("Writer: change to written slice, p99", "≤ 1 s", ms(writerP99))
 	r.goal("Writer: API writes per single-endpoint change", "1", fmt.Sprintf("%.2f (the most of any row)", maxWrites))
 	r.goal("Writer: writes on a restart with nothing changed", "0", fmt.Sprintf("%.0f", restartWrites))

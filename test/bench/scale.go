@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,94 +67,142 @@ func scale(ctx context.Context, cp *harness.ControlPlane, o options, r *report) 
 			return err
 		}
 	}
-	records := o.services * len(scaleClusters) * 3
+	records := o.services * len(scaleClusters) * scaleEndpoints
+	// Per global service: the local Service and each mirror, and a per-pod mirror per mirror record.
+	objects := o.services * (len(scaleClusters) + (len(scaleClusters)-1)*scaleEndpoints)
 	var loaded time.Duration
 
+	// start runs one plugin alone in a bin/coredns and measures it: ready = process start to
+	// /ready 200 (polled every 10 ms); the heap after a full collection (what the caches hold, not
+	// garbage).
 	type result struct {
-		ready      time.Duration
-		heap, rss  float64
-		name, what string
+		ready     time.Duration
+		heap, rss float64
 	}
-	var res []result
-	// Baselines first, before the load: the kubernetes plugin watches every namespace whatever
-	// its `namespaces` says.
-	for _, run := range []struct{ name, tmpl, ns, probe string }{
-		{"global, before the load", scaleGlobal, "empty", ""},
-		{"kubernetes, before the load", scaleKubernetes, "empty", ""},
-		{"load", "", "", ""},
-		{"global", scaleGlobal, scaleNS, "s0.scale.global."},
-		{"kubernetes", scaleKubernetes, scaleNS, "s0-west.scale.svc.cluster.local."},
-	} {
-		if run.name == "load" {
-			t0 := time.Now()
-			if err := loadScale(ctx, c, o.services); err != nil {
-				return err
-			}
-			loaded = time.Since(t0)
-			fmt.Printf("loaded %d global services (%d Services, %d EndpointSlices, %d records) in %v\n",
-				o.services, o.services*4, o.services*4, records, loaded.Round(time.Second))
-			continue
-		}
+	runs := 0
+	start := func(tmpl, ns, probe string, want int) (result, error) {
 		ports := make([]string, 4)
 		for i := range ports {
+			var err error
 			if ports[i], err = freePort(); err != nil {
-				return err
+				return result{}, err
 			}
 		}
-		corefile := render(run.tmpl, "PORT", ports[0], "READY", "127.0.0.1:"+ports[1], "METRICS", "127.0.0.1:"+ports[2],
-			"PPROF", "127.0.0.1:"+ports[3], "KUBECONFIG", cp.Kubeconfig, "NAMESPACE", run.ns)
-		start := time.Now()
-		d, err := harness.StartCoreDNSProcess(corefile, filepath.Join(o.work, "coredns-scale-"+strconv.Itoa(len(res))), nil)
+		corefile := render(tmpl, "PORT", ports[0], "READY", "127.0.0.1:"+ports[1], "METRICS", "127.0.0.1:"+ports[2],
+			"PPROF", "127.0.0.1:"+ports[3], "KUBECONFIG", cp.Kubeconfig, "NAMESPACE", ns)
+		runs++
+		t0 := time.Now()
+		d, err := harness.StartCoreDNSProcess(corefile, filepath.Join(o.work, "coredns-scale-"+strconv.Itoa(runs)), nil, o.corednsEnv...)
 		if err != nil {
-			return err
+			return result{}, err
 		}
-		ready := time.Since(start) // StartCoreDNSProcess returns once /ready says 200
-		if run.probe != "" {
-			if n, _, err := count(d.Addr, run.probe, "tcp"); err != nil || n == 0 {
-				d.Stop()
-				return fmt.Errorf("%s: %s answers %d records (%v)", run.name, run.probe, n, err)
+		defer d.Stop()
+		r := result{ready: time.Since(t0)}
+		if probe != "" {
+			if n, _, err := count(d.Addr, probe, "tcp"); err != nil || n != want {
+				return r, fmt.Errorf("%s answers %d records, want %d (%v)", probe, n, want, err)
 			}
 		}
-		// The heap after a full collection: what the caches hold, not garbage.
-		err = get("http://127.0.0.1:" + ports[3] + "/debug/pprof/heap?gc=1")
-		m, merr := metrics(d.MetricsAddr)
-		rss := rssBytes(d.PID())
-		d.Stop()
-		if err != nil || merr != nil {
-			return fmt.Errorf("%s: %v %v", run.name, err, merr)
+		heap := io.Discard
+		if o.profiles != "" {
+			f, err := os.Create(filepath.Join(o.profiles, fmt.Sprintf("heap-%d.pb.gz", runs)))
+			if err != nil {
+				return r, err
+			}
+			defer f.Close()
+			heap = f
 		}
-		res = append(res, result{ready: ready, heap: m["go_memstats_heap_inuse_bytes"], rss: rss, name: run.name})
-		fmt.Printf("%-28s ready in %v, heap in use %.1f MiB, RSS %.1f MiB\n", run.name, ready.Round(time.Millisecond), res[len(res)-1].heap/(1<<20), rss/(1<<20))
+		err = save("http://127.0.0.1:"+ports[3]+"/debug/pprof/heap?gc=1", heap)
+		m, merr := metrics(d.MetricsAddr)
+		if err != nil || merr != nil {
+			return r, fmt.Errorf("%v %v", err, merr)
+		}
+		r.heap, r.rss = m["go_memstats_heap_inuse_bytes"], rssBytes(d.PID())
+		return r, nil
 	}
-	perRecord := func(loaded, empty result) float64 { return (loaded.heap - empty.heap) / float64(records) }
-	g, k := perRecord(res[2], res[0]), perRecord(res[3], res[1])
+
+	// Baselines first, before the load: the kubernetes plugin watches every namespace whatever
+	// its `namespaces` says.
+	gEmpty, err := start(scaleGlobal, "empty", "", 0)
+	if err != nil {
+		return fmt.Errorf("global, before the load: %w", err)
+	}
+	kEmpty, err := start(scaleKubernetes, "empty", "", 0)
+	if err != nil {
+		return fmt.Errorf("kubernetes, before the load: %w", err)
+	}
+	t0 := time.Now()
+	if err := loadScale(ctx, c, o.services); err != nil {
+		return err
+	}
+	loaded = time.Since(t0)
+	fmt.Printf("loaded %d global services (%d Services, %d EndpointSlices, %d records) in %v\n",
+		o.services, objects, objects, records, loaded.Round(time.Second))
+
+	// Then each plugin, started o.rounds times, interleaved: start-up is reported as the median
+	// and the spread.
+	var gs, ks []result
+	for round := range o.rounds {
+		g, err := start(scaleGlobal, scaleNS, "s0.scale.global.", len(scaleClusters)*scaleEndpoints)
+		if err != nil {
+			return fmt.Errorf("global: %w", err)
+		}
+		k, err := start(scaleKubernetes, scaleNS, "s0-west.scale.svc.cluster.local.", scaleEndpoints)
+		if err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+		gs, ks = append(gs, g), append(ks, k)
+		fmt.Printf("round %d: global ready in %v (heap %.1f MiB), kubernetes in %v (heap %.1f MiB)\n", round+1,
+			g.ready.Round(time.Millisecond), g.heap/(1<<20), k.ready.Round(time.Millisecond), k.heap/(1<<20))
+	}
+	// summary is one plugin's runs: the median start-up, every run's, and the median heap and RSS.
+	type summary struct {
+		ready     time.Duration
+		runs      string
+		heap, rss float64
+		perRecord float64
+	}
+	summarize := func(rs []result, base result) summary {
+		var ready, heap, rss []float64
+		var runs []string
+		for _, r := range rs {
+			ready, heap, rss = append(ready, r.ready.Seconds()), append(heap, r.heap), append(rss, r.rss)
+			runs = append(runs, r.ready.Round(time.Millisecond).String())
+		}
+		x := summary{ready: time.Duration(quantile(ready, .5) * float64(time.Second)), runs: strings.Join(runs, ", "),
+			heap: quantile(heap, .5), rss: quantile(rss, .5)}
+		x.perRecord = (x.heap - base.heap) / float64(records)
+		return x
+	}
+	g, k := summarize(gs, gEmpty), summarize(ks, kEmpty)
 	s := section{
 		title: "Scale and memory",
 		intro: fmt.Sprintf("%d global services x 4 clusters (the local headless Service and 3 mirrors) x 3 endpoints = %d records, "+
-			"as %d Services and %d EndpointSlices in one namespace, loaded in %v. Each plugin starts alone in a `bin/coredns`, "+
-			"watching that namespace; its baseline is the same before the load. Ready = process start to `/ready` 200; heap in "+
-			"use after a forced GC (`/debug/pprof/heap?gc=1`), RSS from /proc; bytes per record = (heap - baseline heap) / records.",
-			o.services, records, o.services*4, o.services*4, loaded.Round(time.Second)),
-		header: []string{"Plugin", "Ready after start", "Heap in use", "RSS", "Bytes per record"},
+			"as %d Services and %d EndpointSlices in one namespace (with Linkerd's per-pod mirror, a ClusterIP Service and its slice, "+
+			"for every mirror record), loaded in %v. Each plugin starts alone in a `bin/coredns`, watching that namespace, %d times "+
+			"interleaved with the other; its baseline is one start before the load. Ready = process start to `/ready` 200, polled "+
+			"every 10 ms (median, and every run); heap in use after a forced GC (`/debug/pprof/heap?gc=1`) and RSS from /proc, "+
+			"medians; bytes per record = (heap - baseline heap) / records.",
+			o.services, records, objects, objects, loaded.Round(time.Second), o.rounds),
+		header: []string{"Plugin", "Ready after start", "Every run", "Heap in use", "RSS", "Bytes per record"},
 	}
-	for i, x := range res {
-		per := ""
-		switch i {
-		case 2:
-			per = fmt.Sprintf("%.0f", g)
-		case 3:
-			per = fmt.Sprintf("%.0f", k)
-		}
-		s.rows = append(s.rows, []string{x.name, x.ready.Round(time.Millisecond).String(), fmt.Sprintf("%.1f MiB", x.heap/(1<<20)), fmt.Sprintf("%.1f MiB", x.rss/(1<<20)), per})
+	mib := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+	s.rows = [][]string{
+		{"global, before the load", gEmpty.ready.Round(time.Millisecond).String(), "", mib(gEmpty.heap), mib(gEmpty.rss), ""},
+		{"kubernetes, before the load", kEmpty.ready.Round(time.Millisecond).String(), "", mib(kEmpty.heap), mib(kEmpty.rss), ""},
+		{"global", g.ready.Round(time.Millisecond).String(), g.runs, mib(g.heap), mib(g.rss), fmt.Sprintf("%.0f", g.perRecord)},
+		{"kubernetes", k.ready.Round(time.Millisecond).String(), k.runs, mib(k.heap), mib(k.rss), fmt.Sprintf("%.0f", k.perRecord)},
 	}
 	r.add(s)
-	r.goal(fmt.Sprintf("Memory per record at %dk records", records/1000), "≤ 0.5 KB", fmt.Sprintf("%.0f bytes (the kubernetes plugin: %.0f)", g, k))
-	r.goal(fmt.Sprintf("Ready after start, %d global services", o.services), "≤ 2 s", fmt.Sprintf("%v (the kubernetes plugin: %v)", res[2].ready.Round(time.Millisecond), res[3].ready.Round(time.Millisecond)))
+	r.goal(fmt.Sprintf("Memory per record at %dk records, per-pod mirrors included", records/1000), "≤ 0.5 KB", fmt.Sprintf("%.0f bytes (the kubernetes plugin: %.0f)", g.perRecord, k.perRecord))
+	r.goal(fmt.Sprintf("Ready after start, %d global services", o.services), "≤ 2 s, below the kubernetes plugin",
+		fmt.Sprintf("%v (the kubernetes plugin: %v)", g.ready.Round(time.Millisecond), k.ready.Round(time.Millisecond)))
 	return nil
 }
 
 // loadScale creates n global services: a local selector-less headless Service and three mirrors,
-// each with one EndpointSlice of three endpoints, as the mirroring controller would write them.
+// each with one EndpointSlice of three endpoints, as the mirroring controller would write them,
+// and for each mirror record its per-pod mirror.
 func loadScale(ctx context.Context, c kubernetes.Interface, n int) error {
 	work := make(chan int)
 	errs := make(chan error, 1)
@@ -194,8 +243,26 @@ func loadScale(ctx context.Context, c kubernetes.Interface, n int) error {
 	}
 }
 
+const scaleEndpoints = 3
+
+// scaleAddr is endpoint e of member ci of global service i: a pod IP for the local member, and
+// for mirrors the ClusterIP of its per-pod mirror, in the harness's 10.96.0.0/12 (skipping
+// 10.96.0.0 and the kubernetes Service's 10.96.0.1).
+func scaleAddr(i, ci, e int) string {
+	j := i + 2
+	if ci == 0 {
+		return fmt.Sprintf("10.%d.%d.%d", 200+e, j/256, j%256)
+	}
+	return fmt.Sprintf("10.%d.%d.%d", 96+(ci-1)*scaleEndpoints+e, j/256, j%256)
+}
+
 func scaleMember(ctx context.Context, c kubernetes.Interface, i, ci int, cluster string) error {
 	global := fmt.Sprintf("s%d", i)
+	if cluster != "" {
+		if err := scalePodMirrors(ctx, c, global, i, ci, cluster); err != nil {
+			return err
+		}
+	}
 	name, labels := global, map[string]string{"mirror.linkerd.io/exported": "true"}
 	var annotations map[string]string
 	if cluster != "" {
@@ -219,15 +286,49 @@ func scaleMember(ctx context.Context, c kubernetes.Interface, i, ci int, cluster
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432)}},
 	}
-	for e := range 3 {
+	for e := range scaleEndpoints {
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 100+ci*4+e, i/256, i%256)},
+			Addresses:  []string{scaleAddr(i, ci, e)},
 			Hostname:   ptr.To(fmt.Sprintf("%s-%d", global, e)),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 		})
 	}
 	_, err := c.DiscoveryV1().EndpointSlices(scaleNS).Create(ctx, es, metav1.CreateOptions{})
 	return err
+}
+
+// scalePodMirrors creates the per-pod mirrors of mirror member ci of global service i as Linkerd
+// and the mirroring controller write them (see harness.CreateMirror): a ClusterIP Service
+// <host>-<cluster> and a slice of it at the gateway, ready.
+func scalePodMirrors(ctx context.Context, c kubernetes.Interface, global string, i, ci int, cluster string) error {
+	for e := range scaleEndpoints {
+		name := fmt.Sprintf("%s-%d-%s", global, e, cluster)
+		labels := map[string]string{
+			harness.LabelMirroredService: "true", harness.LabelClusterName: cluster,
+			harness.LabelHeadlessMirrorSvcName: global + "-" + cluster,
+		}
+		if _, err := c.CoreV1().Services(scaleNS).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.ServiceSpec{ClusterIP: scaleAddr(i, ci, e), IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
+				Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		sliceLabels := map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "bench"}
+		for k, v := range labels {
+			sliceLabels[k] = v
+		}
+		if _, err := c.DiscoveryV1().EndpointSlices(scaleNS).Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name + "-x", Labels: sliceLabels},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](harness.GatewayPort)}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{harness.GatewayIP},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rssBytes reads a process's resident set size.

@@ -103,13 +103,16 @@ func histogramQuantile(before, after map[string]float64, name string, q float64)
 	return prevLe
 }
 
-func get(url string) error {
+func get(url string) error { return save(url, io.Discard) }
+
+// save writes the body of GET url to w.
+func save(url string, w io.Writer) error {
 	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	_, err = io.Copy(io.Discard, resp.Body)
+	_, err = io.Copy(w, resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
