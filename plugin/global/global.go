@@ -57,6 +57,7 @@ func (g *Global) Ready() bool { return g.index.Ready() }
 // informers and its campaign for the lease; it waits, up to startupTimeout, for the first sync, so
 // a freshly started server rarely answers SERVFAIL.
 func (g *Global) OnStartup() error {
+	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.wg.Add(2)
@@ -80,13 +81,11 @@ func (g *Global) OnStartup() error {
 
 	deadline := time.NewTimer(g.startupTimeout)
 	defer deadline.Stop()
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
 	say := time.NewTicker(time.Second)
 	defer say.Stop()
 	for !g.index.Ready() {
 		select {
-		case <-poll.C:
+		case <-g.index.Synced():
 		case <-say.C:
 			log.Info("waiting for the Kubernetes API before starting the server")
 		case <-deadline.C:
@@ -94,6 +93,7 @@ func (g *Global) OnStartup() error {
 			return nil
 		}
 	}
+	log.Infof("synced in %v: %d global services", time.Since(start).Round(time.Millisecond), g.index.Snapshot().Len())
 	return nil
 }
 

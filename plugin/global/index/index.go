@@ -49,6 +49,7 @@ type Index struct {
 	started bool              // the watcher has delivered the initial state
 	wake    chan struct{}
 	ready   atomic.Bool
+	synced  chan struct{} // closed when ready turns true
 
 	pubMu   sync.Mutex // one publisher at a time
 	records health     // records per member cluster and state, for metrics and logs
@@ -57,7 +58,7 @@ type Index struct {
 
 // New returns an empty index that builds global services from src, ranked by topo.
 func New(topo *Topology, src Source) *Index {
-	ix := &Index{topo: topo, src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), records: newHealth(topo)}
+	ix := &Index{topo: topo, src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), synced: make(chan struct{}), records: newHealth(topo)}
 	ix.snap.Store(&Snapshot{services: map[Key]*Service{}, names: map[string][]string{}, namespaces: map[string]int{}})
 	return ix
 }
@@ -67,6 +68,9 @@ func (ix *Index) Snapshot() *Snapshot { return ix.snap.Load() }
 
 // Ready reports whether the index has published the state the watcher saw at its initial sync.
 func (ix *Index) Ready() bool { return ix.ready.Load() }
+
+// Synced returns a channel closed once Ready is true.
+func (ix *Index) Synced() <-chan struct{} { return ix.synced }
 
 // Subscribe registers f to be called, from the publisher, with the key of every global service
 // that a published snapshot changed. Call before Run.
@@ -129,7 +133,9 @@ func (ix *Index) Publish() {
 	if len(dirty) > 0 {
 		ix.publish(dirty)
 	}
-	ix.ready.Store(true)
+	if !ix.ready.Swap(true) {
+		close(ix.synced)
+	}
 }
 
 func (ix *Index) publish(dirty map[Key]time.Time) {
