@@ -112,14 +112,19 @@ func (t *Topology) Build(k Key, src Source) *Service {
 		if !m.Local() {
 			pods = newLiveness(src.PodMirrors(m))
 		}
+		var origin *Origin
 		for _, sl := range slicesOf[i] {
 			ports := sl.Ports
 			if !m.Local() {
 				ports = servicePorts(m, sl.Ports, &s.Warnings)
 			}
+			// Port lists are interned: slices of one member nearly always share one origin.
+			if origin == nil || !samePorts(origin.Ports, ports) {
+				origin = &Origin{Cluster: cluster, Ports: ports}
+			}
 			for e := range sl.Endpoints {
 				ep := &sl.Endpoints[e]
-				r := Record{Endpoint: ep, Cluster: cluster, Ports: ports, Tier: tier, Gateway: pods.of(ep.Addr)}
+				r := Record{Endpoint: ep, Origin: origin, Tier: tier, Gateway: pods.of(ep.Addr)}
 				if r.Gateway == GatewayDown && (ep.Ready || ep.Serving) {
 					down := *ep
 					down.Ready, down.Serving = false, false
@@ -142,6 +147,11 @@ func (t *Topology) Build(k Key, src Source) *Service {
 	slices.SortFunc(s.Records, compareRecords)
 	s.index(t.Local)
 	return s
+}
+
+// samePorts reports whether a and b are the same list (not only equal ones).
+func samePorts(a, b []Port) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // liveness answers, by address, whether a mirror's per-pod mirror is up: sorted, so a service of

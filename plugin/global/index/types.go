@@ -111,14 +111,20 @@ const (
 	GatewayDown                   // it has none: the record is answered as not ready
 )
 
-// Record is one endpoint of one member cluster, as answered: 56 bytes, the endpoint itself shared
-// with the watcher's cache (a copy, not ready, when its gateway is down).
+// Record is one endpoint of one member cluster, as answered: 24 bytes, the endpoint itself shared
+// with the watcher's cache (a copy, not ready, when its gateway is down), its origin with the
+// other records of its member and ports.
 type Record struct {
-	*Endpoint        // host, address, conditions, placement
-	Cluster   string // this cluster's name for local pods
-	Ports     []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
+	*Endpoint // host, address, conditions, placement
+	*Origin   // cluster and ports
 	Tier      uint8
 	Gateway   Gateway // liveness of a mirror record's per-pod mirror
+}
+
+// Origin is what the records of one member (and one port list) share.
+type Origin struct {
+	Cluster string // this cluster's name for local pods
+	Ports   []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
 }
 
 // State names why a record is answered or left out: ready, not_ready, terminating or

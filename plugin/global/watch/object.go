@@ -18,45 +18,76 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// The informers store these instead of the API objects: only what the index reads, converted
-// once per event, so the cache stays small and the index never re-parses.
+// The watcher keeps these instead of the API objects: only what the index reads, converted once
+// per event, so the cache stays small and the index never re-parses.
 
 // service is a Service as the index sees it.
 type service struct {
 	meta
 	member *index.Member // nil: not a member of any global service
 	global index.Key
-	// A per-pod mirror: the headless mirror it belongs to and its ClusterIP, the record address it
-	// tells the liveness of. "" and invalid for every other Service.
-	podOf     string
-	clusterIP netip.Addr
+}
+
+// podMirror is one of Linkerd's per-pod mirrors (a ClusterIP Service): the headless mirror it
+// belongs to and its ClusterIP, the address of the record whose liveness it tells.
+type podMirror struct {
+	meta
+	root string
+	ip   netip.Addr
 }
 
 // slice is an EndpointSlice as the index sees it.
 type slice struct {
 	meta
 	service string       // kubernetes.io/service-name
-	slice   *index.Slice // nil: skipped, or a per-pod mirror's slice
-	ready   bool         // a per-pod mirror's slice has a ready endpoint (its cluster's gateway is up)
+	slice   *index.Slice // nil: skipped
 }
 
-// meta is all of an object's metadata the informer needs (its store's key, the version): three
-// strings instead of an ObjectMeta, which would be most of a small object's footprint.
-type meta struct{ namespace, name, resourceVersion string }
+// podSlice is an EndpointSlice of a per-pod mirror: only whether it has a ready endpoint counts.
+type podSlice struct {
+	meta
+	pod   string // the per-pod mirror, its kubernetes.io/service-name
+	ready bool
+}
 
-func slimMeta(m *metav1.ObjectMeta) meta { return meta{m.Namespace, m.Name, m.ResourceVersion} }
+// meta is all of an object's metadata the watcher needs: its key and its version, as a number
+// (0 when it is not one: then every relist counts it as changed).
+type meta struct {
+	namespace, name string
+	version         uint64
+}
 
-// GetObjectMeta implements metav1.ObjectMetaAccessor, through which the informer keys objects.
+func slimMeta(m *metav1.ObjectMeta) meta {
+	v, _ := strconv.ParseUint(m.ResourceVersion, 10, 64)
+	return meta{m.Namespace, m.Name, v}
+}
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor, through which client-go's reflector keys
+// the objects it streams at start.
 func (m *meta) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: m.namespace, Name: m.name, ResourceVersion: m.resourceVersion}
+	o := &metav1.ObjectMeta{Namespace: m.namespace, Name: m.name}
+	if m.version != 0 {
+		o.ResourceVersion = strconv.FormatUint(m.version, 10)
+	}
+	return o
 }
+
+func (m *meta) objectMeta() *meta { return m }
 
 // GetObjectKind implements runtime.Object.
 func (*meta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // The stored objects are never mutated, so a shallow copy is a deep copy.
-func (s *service) DeepCopyObject() runtime.Object { c := *s; return &c }
-func (s *slice) DeepCopyObject() runtime.Object   { c := *s; return &c }
+func (s *service) DeepCopyObject() runtime.Object   { c := *s; return &c }
+func (s *podMirror) DeepCopyObject() runtime.Object { c := *s; return &c }
+func (s *slice) DeepCopyObject() runtime.Object     { c := *s; return &c }
+func (s *podSlice) DeepCopyObject() runtime.Object  { c := *s; return &c }
+
+// object is any of the above.
+type object interface {
+	runtime.Object
+	objectMeta() *meta
+}
 
 // source is what one informer watches, which decides how its objects are converted.
 type source uint8
@@ -67,39 +98,44 @@ const (
 	fromPodMirror               // the slices of Linkerd's per-pod mirrors: only their readiness counts
 )
 
-// transform returns the informer transform for one source.
-// It must never fail (an error would stall the informer) and must be idempotent.
+// transform returns the conversion of one source's objects. It must never fail (an error would
+// stall the reflector) and must be idempotent (objects streamed at start are converted twice).
 func transform(src source) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
 			p := problems{kind: "Service", meta: &o.ObjectMeta}
-			s := &service{meta: slimMeta(&o.ObjectMeta)}
-			if src == fromMirror {
-				s.member, s.global = mirrorMember(o, &p)
-				s.podOf, s.clusterIP = podMirrorOf(o, &p)
-			} else {
-				s.member, s.global = localMember(o)
+			defer p.report()
+			m := slimMeta(&o.ObjectMeta)
+			if src != fromMirror {
+				member, global := localMember(o)
+				return &service{meta: m, member: member, global: global}, nil
 			}
-			p.report()
-			return s, nil
+			if root, ip := podMirrorOf(o, &p); root != "" {
+				return &podMirror{meta: m, root: root, ip: ip}, nil
+			}
+			member, global := mirrorMember(o, &p)
+			return &service{meta: m, member: member, global: global}, nil
 		case *discoveryv1.EndpointSlice:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
 			p := problems{kind: "EndpointSlice", meta: &o.ObjectMeta}
-			s := &slice{meta: slimMeta(&o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName]}
-			switch {
-			case s.service == "":
+			defer p.report()
+			m, svc := slimMeta(&o.ObjectMeta), o.Labels[discoveryv1.LabelServiceName]
+			if svc == "" {
 				p.add(ReasonNoServiceLabel, "no "+discoveryv1.LabelServiceName+" label")
-			case src == fromPodMirror:
-				s.ready = slices.ContainsFunc(o.Endpoints, func(e discoveryv1.Endpoint) bool { return deref(e.Conditions.Ready, true) })
-			default:
+			}
+			if src == fromPodMirror {
+				ready := slices.ContainsFunc(o.Endpoints, func(e discoveryv1.Endpoint) bool { return deref(e.Conditions.Ready, true) })
+				return &podSlice{meta: m, pod: svc, ready: ready}, nil
+			}
+			s := &slice{meta: m, service: svc}
+			if svc != "" {
 				s.slice = convertSlice(o, &p)
 			}
-			p.report()
 			return s, nil
 		}
-		return obj, nil // already converted, or a tombstone
+		return obj, nil // already converted
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 func TestHostnames(t *testing.T) {
 	long := strings.Repeat("x", 60)
 	rec := func(cluster, host string) index.Record {
-		return index.Record{Endpoint: &index.Endpoint{Host: host}, Cluster: cluster}
+		return index.Record{Endpoint: &index.Endpoint{Host: host}, Origin: &index.Origin{Cluster: cluster}}
 	}
 	rs := []index.Record{
 		rec("west", "foo-0"),

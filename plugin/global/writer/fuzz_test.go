@@ -25,7 +25,7 @@ func FuzzHostnames(f *testing.F) {
 			if !ok || len(validation.IsDNS1123Label(cluster)) > 0 || len(validation.IsDNS1123Label(host)) > 0 {
 				continue
 			}
-			rs = append(rs, index.Record{Endpoint: &index.Endpoint{Host: host}, Cluster: cluster})
+			rs = append(rs, index.Record{Endpoint: &index.Endpoint{Host: host}, Origin: &index.Origin{Cluster: cluster}})
 		}
 		names := hostnames(rs)
 		owner := map[string]clusterHost{}

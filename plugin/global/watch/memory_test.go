@@ -1,0 +1,100 @@
+package watch
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+// BenchmarkMemoryPerRecord is the steady-state heap of the watcher's tables and the published
+// index per record, for the scale bench's shape (test/bench/scale.go) without an API server: per
+// global service a local Service and 3 mirrors, 3 endpoints each, and a per-pod mirror (Service
+// and slice) per mirror record. make bench measures the same on the real control plane.
+func BenchmarkMemoryPerRecord(b *testing.B) {
+	const services, endpoints = 10000, 3
+	clusters := []string{"", "west", "north", "south"}
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		w, err := New(fake.NewClientset(), []string{"scale"}, DefaultExportSelector) // never run
+		if err != nil {
+			b.Fatal(err)
+		}
+		tbl := map[[2]int]*table{}
+		for _, t := range w.tables {
+			tbl[[2]int{int(t.kind), int(t.src)}] = t
+		}
+		add := func(k kind, src source, obj any) {
+			if err := tbl[[2]int{int(k), int(src)}].Add(obj); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ix := index.New(&index.Topology{Local: "east"}, w)
+		w.state.setSink(ix)
+		for i := range services {
+			global := fmt.Sprintf("s%d", i)
+			for ci, cluster := range clusters {
+				name, labels, src := global, map[string]string{"mirror.linkerd.io/exported": "true"}, fromLocal
+				var ann map[string]string
+				if cluster != "" {
+					name, src = global+"-"+cluster, fromMirror
+					labels = map[string]string{LabelMirroredService: "true", LabelClusterName: cluster}
+					ann = map[string]string{AnnotationRemoteFQName: global + ".scale.svc.cluster.local"}
+				}
+				add(kindService, src, &corev1.Service{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "scale", Name: name, Labels: labels, Annotations: ann, ResourceVersion: fmt.Sprint(i*100 + ci)},
+					Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
+				})
+				es := &discoveryv1.EndpointSlice{
+					ObjectMeta:  metav1.ObjectMeta{Namespace: "scale", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}, ResourceVersion: "1"},
+					AddressType: discoveryv1.AddressTypeIPv4,
+					Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432)}},
+				}
+				for e := range endpoints {
+					addr := fmt.Sprintf("10.%d.%d.%d", 96+ci*endpoints+e, i/256, i%256)
+					ep := discoveryv1.Endpoint{Addresses: []string{addr}, Hostname: ptr.To(fmt.Sprintf("%s-%d", global, e)), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+					if cluster == "" {
+						ep.Zone, ep.NodeName = ptr.To("zone-a"), ptr.To("node-1")
+						ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: *ep.Hostname}
+					} else {
+						pod := fmt.Sprintf("%s-%d-%s", global, e, cluster)
+						pl := map[string]string{LabelMirroredService: "true", LabelClusterName: cluster, LabelHeadlessMirror: name}
+						add(kindService, fromMirror, &corev1.Service{
+							ObjectMeta: metav1.ObjectMeta{Namespace: "scale", Name: pod, Labels: pl, ResourceVersion: "1"},
+							Spec:       corev1.ServiceSpec{ClusterIP: addr, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
+						})
+						sl := map[string]string{discoveryv1.LabelServiceName: pod, LabelHeadlessMirror: name}
+						add(kindSlice, fromPodMirror, &discoveryv1.EndpointSlice{
+							ObjectMeta:  metav1.ObjectMeta{Namespace: "scale", Name: pod + "-x", Labels: sl, ResourceVersion: "1"},
+							AddressType: discoveryv1.AddressTypeIPv4,
+							Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"172.31.255.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+						})
+					}
+					es.Endpoints = append(es.Endpoints, ep)
+				}
+				add(kindSlice, src, es)
+			}
+		}
+		ix.Start()
+		ix.Publish()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		records := services * len(clusters) * endpoints
+		if n := ix.Snapshot().Len(); n != services {
+			b.Fatalf("%d global services", n)
+		}
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(records), "B/record")
+
+		runtime.KeepAlive(w)
+		runtime.KeepAlive(ix)
+	}
+}

@@ -1,0 +1,135 @@
+package watch
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+// recorder is a Sink that remembers what changed.
+type recorder struct{ changed []index.Key }
+
+func (r *recorder) Changed(k index.Key) { r.changed = append(r.changed, k) }
+func (r *recorder) Start()              {}
+
+func (r *recorder) take() []index.Key {
+	out := r.changed
+	r.changed = nil
+	return out
+}
+
+// tables returns the tables of one Watcher of namespace ns: mirror Services, per-pod mirror
+// slices, mirror slices.
+func tables(w *Watcher, ns string) (services, podSlices, slices *table) {
+	for _, t := range w.tables {
+		if t.namespace != ns || t.src == fromLocal {
+			continue
+		}
+		switch {
+		case t.kind == kindService:
+			services = t
+		case t.src == fromPodMirror:
+			podSlices = t
+		default:
+			slices = t
+		}
+	}
+	return
+}
+
+func podService(name, ip, version string) *corev1.Service {
+	return mirrorService(name, func(s *corev1.Service) {
+		s.Labels[LabelHeadlessMirror] = "foo-west"
+		s.Spec.ClusterIP = ip
+		s.ResourceVersion = version
+	})
+}
+
+func podSliceObj(name, pod string, ready bool, version string) *discoveryv1.EndpointSlice {
+	es := mirrorSlice(name, pod, "172.31.255.1")
+	es.Labels[LabelHeadlessMirror] = "foo-west"
+	es.Endpoints[0].Conditions.Ready = ptr.To(ready)
+	es.ResourceVersion = version
+	return es
+}
+
+// The per-pod mirrors' liveness, whatever order their Service and slices arrive in; relists
+// change only what changed, and only in their own namespace.
+func TestStatePodMirrors(t *testing.T) {
+	w, err := New(fake.NewClientset(), []string{"db", "other"}, DefaultExportSelector) // never run
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	w.state.setSink(rec)
+	services, podSlices, mirrorSlices := tables(w, "db")
+	otherServices, otherPodSlices, _ := tables(w, "other")
+	foo := index.Key{Namespace: "db", Name: "foo"}
+	member := func() *index.Member { return w.Members(foo)[0] }
+	liveness := func() string { return fmt.Sprint(w.PodMirrors(member())) }
+
+	// A per-pod slice first, then the headless mirror, then the per-pod Service.
+	must(t, podSlices.Add(podSliceObj("foo-0-west-abcde", "foo-0-west", true, "1")))
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("a per-pod slice of an unknown mirror notified %v", got)
+	}
+	headless := mirrorService("foo-west", func(s *corev1.Service) { s.ResourceVersion = "1" })
+	must(t, services.Add(headless))
+	must(t, mirrorSlices.Add(mirrorSlice("foo-west-1", "foo-west", "10.96.0.10")))
+	must(t, services.Add(podService("foo-0-west", "10.96.0.10", "2")))
+	if got := liveness(); got != "[{10.96.0.10 true}]" {
+		t.Errorf("liveness %s", got)
+	}
+	if got := rec.take(); !slices.Equal(got, []index.Key{foo, foo, foo}) {
+		t.Errorf("notified %v", got)
+	}
+
+	// The gateway goes down: the slice turns not ready.
+	must(t, podSlices.Update(podSliceObj("foo-0-west-abcde", "foo-0-west", false, "3")))
+	if got := liveness(); got != "[{10.96.0.10 false}]" {
+		t.Errorf("gateway down: liveness %s", got)
+	}
+	if got := rec.take(); !slices.Equal(got, []index.Key{foo}) {
+		t.Errorf("notified %v", got)
+	}
+
+	// A relist with nothing changed notifies nothing; relists of the other namespace touch nothing here.
+	must(t, podSlices.Replace([]any{podSliceObj("foo-0-west-abcde", "foo-0-west", false, "3")}, "3"))
+	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "2")}, "3"))
+	must(t, otherServices.Replace(nil, "3"))
+	must(t, otherPodSlices.Replace(nil, "3"))
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("unchanged relists notified %v", got)
+	}
+	if got := liveness(); got != "[{10.96.0.10 false}]" {
+		t.Errorf("after relists: liveness %s", got)
+	}
+
+	// A relist without the slice deletes it: the per-pod mirror has no slice, so it is not ready.
+	must(t, podSlices.Replace(nil, "4"))
+	if got := liveness(); got != "[{10.96.0.10 false}]" {
+		t.Errorf("no slice: liveness %s", got)
+	}
+	// The per-pod Service goes: no liveness at all, and nothing is left of it.
+	must(t, services.Delete(podService("foo-0-west", "10.96.0.10", "2")))
+	if got := liveness(); got != "[]" {
+		t.Errorf("no per-pod mirror: liveness %s", got)
+	}
+	if sp := w.state.spaces["db"]; len(sp.pods) != 0 || len(sp.roots) != 0 || len(sp.podSlices) != 0 {
+		t.Errorf("left behind: %v %v %v", sp.pods, sp.roots, sp.podSlices)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
