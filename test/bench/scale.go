@@ -245,21 +245,15 @@ func loadScale(ctx context.Context, c kubernetes.Interface, n int) error {
 
 const scaleEndpoints = 3
 
-// scaleAddr is endpoint e of member ci of global service i: a pod IP for the local member, and
-// for mirrors the ClusterIP of its per-pod mirror, in the harness's 10.96.0.0/12 (skipping
-// 10.96.0.0 and the kubernetes Service's 10.96.0.1).
-func scaleAddr(i, ci, e int) string {
-	j := i + 2
-	if ci == 0 {
-		return fmt.Sprintf("10.%d.%d.%d", 200+e, j/256, j%256)
-	}
-	return fmt.Sprintf("10.%d.%d.%d", 96+(ci-1)*scaleEndpoints+e, j/256, j%256)
-}
+// scaleAddr is local pod e of global service i.
+func scaleAddr(i, e int) string { return fmt.Sprintf("10.%d.%d.%d", 200+e, i/256, i%256) }
 
 func scaleMember(ctx context.Context, c kubernetes.Interface, i, ci int, cluster string) error {
 	global := fmt.Sprintf("s%d", i)
+	var podIPs []string
 	if cluster != "" {
-		if err := scalePodMirrors(ctx, c, global, i, ci, cluster); err != nil {
+		var err error
+		if podIPs, err = scalePodMirrors(ctx, c, global, cluster); err != nil {
 			return err
 		}
 	}
@@ -287,8 +281,12 @@ func scaleMember(ctx context.Context, c kubernetes.Interface, i, ci int, cluster
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432)}},
 	}
 	for e := range scaleEndpoints {
+		addr := scaleAddr(i, e)
+		if cluster != "" {
+			addr = podIPs[e]
+		}
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{scaleAddr(i, ci, e)},
+			Addresses:  []string{addr},
 			Hostname:   ptr.To(fmt.Sprintf("%s-%d", global, e)),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 		})
@@ -297,23 +295,26 @@ func scaleMember(ctx context.Context, c kubernetes.Interface, i, ci int, cluster
 	return err
 }
 
-// scalePodMirrors creates the per-pod mirrors of mirror member ci of global service i as Linkerd
-// and the mirroring controller write them (see harness.CreateMirror): a ClusterIP Service
-// <host>-<cluster> and a slice of it at the gateway, ready.
-func scalePodMirrors(ctx context.Context, c kubernetes.Interface, global string, i, ci int, cluster string) error {
+// scalePodMirrors creates the per-pod mirrors of a mirror of global as Linkerd and the mirroring
+// controller write them (see harness.CreateMirror): a ClusterIP Service <host>-<cluster> and a
+// slice of it at the gateway, ready. It returns their ClusterIPs, the mirror's endpoint addresses.
+func scalePodMirrors(ctx context.Context, c kubernetes.Interface, global, cluster string) ([]string, error) {
+	var ips []string
 	for e := range scaleEndpoints {
 		name := fmt.Sprintf("%s-%d-%s", global, e, cluster)
 		labels := map[string]string{
 			harness.LabelMirroredService: "true", harness.LabelClusterName: cluster,
 			harness.LabelHeadlessMirrorSvcName: global + "-" + cluster,
 		}
-		if _, err := c.CoreV1().Services(scaleNS).Create(ctx, &corev1.Service{
+		svc, err := c.CoreV1().Services(scaleNS).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: corev1.ServiceSpec{ClusterIP: scaleAddr(i, ci, e), IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
+			Spec: corev1.ServiceSpec{IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
 				Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
-		}, metav1.CreateOptions{}); err != nil {
-			return err
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
 		}
+		ips = append(ips, svc.Spec.ClusterIP)
 		sliceLabels := map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "bench"}
 		for k, v := range labels {
 			sliceLabels[k] = v
@@ -325,10 +326,10 @@ func scalePodMirrors(ctx context.Context, c kubernetes.Interface, global string,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{harness.GatewayIP},
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		}, metav1.CreateOptions{}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return ips, nil
 }
 
 // rssBytes reads a process's resident set size.

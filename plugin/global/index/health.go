@@ -56,6 +56,10 @@ func (h *health) report() {
 		if cluster != h.topo.Local {
 			mirrors += total
 		}
+		if total == 0 { // unlinked, or its services went: nothing to be down or back
+			h.forget(cluster)
+			continue
+		}
 		if last, ok := h.reported[cluster]; ok && maps.Equal(last.states, c.states) && last.noPodMirror == c.noPodMirror {
 			continue
 		}
@@ -74,9 +78,6 @@ func (h *health) report() {
 		}
 		h.down[cluster] = down
 		telemetry.ClusterDown.WithLabelValues(cluster).Set(b2f(down))
-		if total == 0 {
-			h.forget(cluster)
-		}
 	}
 	unnamed := h.topo.Unnamed && mirrors > 0
 	if unnamed && !h.unnamed {

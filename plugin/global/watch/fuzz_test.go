@@ -61,9 +61,9 @@ func FuzzIndex(f *testing.F) {
 		if err != nil {
 			t.Fatalf("transform failed: %v", err)
 		}
-		s := so.(*service)
-		if s.member == nil {
-			return
+		s, ok := so.(*service)
+		if !ok || s.member == nil {
+			return // a per-pod mirror, or no member
 		}
 		if errs := validation.IsDNS1123Label(s.global.Name); len(errs) > 0 {
 			t.Fatalf("global name %q: %v", s.global.Name, errs)
@@ -77,7 +77,7 @@ func FuzzIndex(f *testing.F) {
 			if err != nil {
 				t.Fatalf("transform failed: %v", err)
 			}
-			if sl := o.(*slice); sl.slice != nil {
+			if sl, ok := o.(*slice); ok && sl.slice != nil {
 				sls = append(sls, sl.slice)
 			}
 		}
