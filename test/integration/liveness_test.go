@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,18 +47,11 @@ func TestGatewayLiveness(t *testing.T) {
 	localSRV := []string{"SRV 0 50 15432 foo-0.east." + fooNS, "SRV 0 50 15432 foo-1.east." + fooNS}
 	westSRV := []string{srv("foo-0", "west", 2), srv("foo-1", "west", 2)}
 	northSRV := []string{srv("foo-0", "north", 3)}
-	cat := func(parts ...[]string) []string {
-		var out []string
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
 	// up checks every answer with west's gateway alive (or, alive false, dead).
 	up := func(alive bool) error {
 		checks := []error{
-			expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, cat(local, westA, northA)...),
-			expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, cat(localSRV, westSRV, northSRV)...),
+			expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA, northA)...),
+			expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, slices.Concat(localSRV, westSRV, northSRV)...),
 			expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA...),
 			expect(t, c, "foo-1.west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA[1]),
 			expect(t, c, "west."+fooNS, dns.TypeSRV, dns.RcodeSuccess, westSRV...),
@@ -65,8 +59,8 @@ func TestGatewayLiveness(t *testing.T) {
 		}
 		if !alive {
 			checks = []error{
-				expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, cat(local, northA)...),
-				expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, cat(localSRV, northSRV)...),
+				expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, northA)...),
+				expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, slices.Concat(localSRV, northSRV)...),
 				expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeNameError),
 				expect(t, c, "foo-1.west."+fooNS, dns.TypeA, dns.RcodeNameError),
 				expect(t, c, "west."+fooNS, dns.TypeSRV, dns.RcodeNameError),
@@ -150,7 +144,7 @@ func TestGatewayLiveness(t *testing.T) {
 	legacy.RootNotReady = true
 	_, err = harness.UpdateMirror(ctx, client(), legacy)
 	must(t, err)
-	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, cat(local, westA)...)
+	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA)...)
 	load.check(t, "per-pod mirror removed, older shape")
 }
 

@@ -61,7 +61,7 @@ func (t *table) Update(obj any) error {
 func (t *table) Delete(obj any) error {
 	if o, ok := t.convert(obj); ok {
 		m := o.objectMeta()
-		t.state.apply(t, nil, []deletion{{m.namespace, t.key(m.name)}})
+		t.state.apply(t, nil, []objectRef{{m.namespace, t.key(m.name)}})
 	}
 	return nil
 }
@@ -170,7 +170,7 @@ func (c changes) add(k index.Key, ok bool) {
 }
 
 // apply puts objs into t's part of the state and deletes dels from it, then notifies the sink.
-func (s *state) apply(t *table, objs []object, dels []deletion) {
+func (s *state) apply(t *table, objs []object, dels []objectRef) {
 	c := changes{}
 	s.mu.Lock()
 	for _, d := range dels {
@@ -194,23 +194,23 @@ func (s *state) apply(t *table, objs []object, dels []deletion) {
 // put, what has the same version is left alone.
 func (s *state) replace(t *table, objs []object) {
 	s.mu.RLock()
-	listed := make(map[deletion]bool, len(objs))
+	listed := make(map[objectRef]bool, len(objs))
 	var changed []object
 	for _, o := range objs {
 		m := o.objectMeta()
 		k := t.key(m.name)
-		listed[deletion{m.namespace, k}] = true
+		listed[objectRef{m.namespace, k}] = true
 		if v, ok := s.version(t, m.namespace, k); !ok || v != m.version || v == 0 {
 			changed = append(changed, o)
 		}
 	}
-	var gone []deletion
+	var gone []objectRef
 	for ns, sp := range s.spaces {
 		if t.namespace != "" && ns != t.namespace {
 			continue // another reflector's
 		}
 		for _, k := range sp.keys(t) {
-			if d := (deletion{ns, k}); !listed[d] {
+			if d := (objectRef{ns, k}); !listed[d] {
 				gone = append(gone, d)
 			}
 		}
@@ -241,8 +241,8 @@ var sliceSeed = maphash.MakeSeed()
 
 func sliceID(name string) uint64 { return maphash.String(sliceSeed, name) }
 
-// deletion is an object to delete from a table.
-type deletion struct {
+// objectRef names one object of a table: in a namespace, by its key.
+type objectRef struct {
 	namespace string
 	key       objectKey
 }
