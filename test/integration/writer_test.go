@@ -19,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // writerCorefile is the writer tests' Corefile: like corefile, writing, with a lease per test so
@@ -198,6 +199,53 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 		}
 		return nil
 	})
+}
+
+// TestWriterNewTermAfterLostLease: another holder takes the Lease from the running leader; it
+// stops leading, takes the Lease again once that holder lets it expire, and the new term writes
+// what changes next. (Deleting the Lease would not do: client-go's renewal creates it again within
+// the same term. TestTermsDoNotOverlap covers a new term starting before the last has returned.)
+func TestWriterNewTermAfterLostLease(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
+	must(t, err)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+	westSlice := func(want ...string) func() error {
+		return func() error {
+			_, sl := written(t, ns)
+			var got []string
+			for _, e := range sl["foo-global-west-ipv4-0"].Endpoints {
+				got = append(got, *e.Hostname)
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("west's slice has %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "the first term's writes", westSlice("foo-0-west", "foo-1-west"))
+
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := client().CoordinationV1().Leases(ns).Get(ctx, "writer", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		l.Spec.HolderIdentity = ptrTo("someone-else")
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		_, err = client().CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	must(t, err)
+	eventuallyLong(t, "a second term", func() error {
+		if n := strings.Count(c.Logs(), "leads (lease "+ns+"/writer)"); n < 2 {
+			return fmt.Errorf("%d terms", n)
+		}
+		return nil
+	})
+	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, false))
+	must(t, err)
+	eventually(t, "the second term's writes", westSlice("foo-0-west"))
 }
 
 // TestWriterWritesLittle: one endpoint change is one slice update; a restart with nothing

@@ -44,6 +44,7 @@ type Writer struct {
 
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[index.Key]] // of the current term
 
+	term   sync.Mutex // held by a running term: terms never overlap
 	mu     sync.Mutex
 	closed bool
 	terms  sync.WaitGroup
@@ -109,8 +110,12 @@ func (w *Writer) echoes(t *tracker) cache.ResourceEventHandler {
 }
 
 // Run is one leadership term: it reconciles every global service, then every change, until ctx
-// is done or Close is called, and returns once no write is in flight.
+// is done or Close is called, and returns once no write is in flight. A term starts only once the
+// previous one has returned: client-go runs OnStartedLeading in a goroutine and may start the next
+// term (re-acquiring a Lease that still names this replica) while the last one winds down.
 func (w *Writer) Run(ctx context.Context) {
+	w.term.Lock()
+	defer w.term.Unlock()
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -132,7 +137,7 @@ func (w *Writer) Run(ctx context.Context) {
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[index.Key](),
 		workqueue.TypedRateLimitingQueueConfig[index.Key]{Name: telemetry.Plugin})
 	w.queue.Store(&q)
-	defer w.queue.Store(nil)
+	defer w.queue.CompareAndSwap(&q, nil) // only its own: never a later term's
 	// Every term starts from the full state: anything may have changed while another replica
 	// wrote, or none did. Objects whose global service is gone are found through the store.
 	for _, k := range w.index.Snapshot().Keys() {
