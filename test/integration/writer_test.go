@@ -248,6 +248,30 @@ func TestWriterNewTermAfterLostLease(t *testing.T) {
 	eventually(t, "the second term's writes", westSlice("foo-0-west"))
 }
 
+// TestWriterRenamedPort: a linked cluster exposes the local db:5432 as postgres:5432. The written
+// Service must still be valid (the API rejects two ports of one number and protocol), so every
+// cluster's slice gets written.
+func TestWriterRenamedPort(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	m := mirror(ns, "west", true)
+	m.Ports = []harness.Port{{Name: "postgres", Port: 5432}}
+	_, err := harness.CreateMirror(ctx, client(), m)
+	must(t, err)
+	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+	eventually(t, "both clusters' slices", func() error {
+		svc, sl := written(t, ns)
+		if svc == nil || len(sl) != 2 {
+			return fmt.Errorf("service %v, slices:\n%s", svc != nil, describeAll(sl))
+		}
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "db" || svc.Spec.Ports[0].Port != 5432 {
+			return fmt.Errorf("service ports %v: want the local db:5432 alone", svc.Spec.Ports)
+		}
+		return nil
+	})
+}
+
 // TestWriterWritesLittle: one endpoint change is one slice update; a restart with nothing
 // changed writes nothing; 250 endpoints make 3 slices of at most 100.
 func TestWriterWritesLittle(t *testing.T) {

@@ -52,12 +52,17 @@ type endpoint struct {
 }
 
 // desiredService returns the headless selector-less Service `<svc><suffix>` for s, with the union
-// by name of its members' ports.
+// of its members' ports. The API rejects a Service with two ports of one name, or of one number and
+// protocol: a port joins only when neither is taken, so the first member to have it wins (members
+// are in index order: the local Service first, then the mirrors by cluster name). Linked clusters
+// that renamed a port (db:5432 here, postgres:5432 there) thus still get one valid Service.
 func desiredService(s *index.Service, name string) *corev1.Service {
 	var ports []corev1.ServicePort
 	for _, m := range s.Members {
 		for _, p := range m.Ports {
-			if !slices.ContainsFunc(ports, func(sp corev1.ServicePort) bool { return sp.Name == p.Name }) {
+			if !slices.ContainsFunc(ports, func(sp corev1.ServicePort) bool {
+				return sp.Name == p.Name || sp.Port == p.Port && sp.Protocol == corev1.Protocol(p.Protocol)
+			}) {
 				ports = append(ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: corev1.Protocol(p.Protocol), TargetPort: intstr.FromInt32(p.Port)})
 			}
 		}

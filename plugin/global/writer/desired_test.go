@@ -138,16 +138,21 @@ func TestDesired(t *testing.T) {
 	local.Local = &index.Placement{Zone: "z1", NodeName: "node-a", Pod: "foo-0"}
 	src.Add(k, &index.Member{Namespace: "db", Name: "foo", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "admin", Port: 8080, Protocol: "TCP"}}},
 		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, local))
-	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"}}},
+	// west exposes 8080 as "web" (a rename), and 8080/UDP as "stats": the name or the number and
+	// protocol taken, "web" cannot join; "stats" can.
+	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{
+		{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"},
+		{Name: "web", Port: 8080, Protocol: "TCP"}, {Name: "stats", Port: 8080, Protocol: "UDP"}}},
 		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
 	s := indextest.Topology().Build(k, src)
 
 	svc := desiredService(s, "foo-global")
 	var ports []string
 	for _, p := range svc.Spec.Ports {
-		ports = append(ports, fmt.Sprintf("%s:%d>%s", p.Name, p.Port, p.TargetPort.String()))
+		ports = append(ports, fmt.Sprintf("%s:%d/%s>%s", p.Name, p.Port, p.Protocol, p.TargetPort.String()))
 	}
-	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector != nil || !slices.Equal(ports, []string{"db:5432>5432", "admin:8080>8080", "metrics:9000>9000"}) {
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector != nil ||
+		!slices.Equal(ports, []string{"db:5432/TCP>5432", "admin:8080/TCP>8080", "metrics:9000/TCP>9000", "stats:8080/UDP>8080"}) {
 		t.Errorf("service %+v ports %v", svc.Spec, ports)
 	}
 	if svc.Labels[LabelManagedBy] != ManagedBy || svc.Labels[LabelService] != "foo" {
