@@ -7,12 +7,16 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
+	"github.com/globaldns/global/plugin/global/telemetry"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/workqueue"
 )
 
 // The client-go fake stands in for the API here, with the store fed by hand: enough for the
@@ -118,5 +122,49 @@ func TestReconcilerCreateThenNothing(t *testing.T) {
 	}
 	if n := writes(client) - before; n != 2 {
 		t.Errorf("%d deletes, want 2", n)
+	}
+}
+
+// A 409 Conflict on update is a stale cache, not an error: counted as stale, requeued, not warned.
+func TestProcessTreatsAPIConflictAsStale(t *testing.T) {
+	r, client := newTestReconciler()
+	s := westService()
+	ctx := context.Background()
+	if err := r.sync(ctx, s.Key, s); err != nil {
+		t.Fatal(err)
+	}
+	sc := r.store.scopes[""]
+	svc, _ := client.CoreV1().Services("db").Get(ctx, "foo-global", metav1.GetOptions{})
+	sc.services.GetStore().Add(svc)
+	es, _ := client.DiscoveryV1().EndpointSlices("db").Get(ctx, "foo-global-west-ipv4-0", metav1.GetOptions{})
+	sc.slices.GetStore().Add(es)
+	r.tracker.observe(es, false)
+
+	// foo-0 turns not ready, and someone else updated the slice meanwhile.
+	src := indextest.New()
+	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	src.Add(s.Key, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: ports},
+		indextest.Slice(ports, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
+	ix := index.New(indextest.Topology(), src)
+	ix.Start()
+	ix.Changed(s.Key)
+	ix.Publish()
+	client.PrependReactor("update", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(discoveryv1.Resource("endpointslices"), es.Name, errors.New("the object has been modified"))
+	})
+	w := &Writer{cfg: r.cfg, index: ix, store: r.store, rec: r}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[index.Key]())
+	defer q.ShutDown()
+	stale, failed := testutil.ToFloat64(telemetry.WriterSyncs.WithLabelValues("stale")), testutil.ToFloat64(telemetry.WriterSyncs.WithLabelValues("error"))
+	q.Add(s.Key)
+	w.process(ctx, q)
+	if d := testutil.ToFloat64(telemetry.WriterSyncs.WithLabelValues("stale")) - stale; d != 1 {
+		t.Errorf("stale syncs +%v, want +1", d)
+	}
+	if d := testutil.ToFloat64(telemetry.WriterSyncs.WithLabelValues("error")) - failed; d != 0 {
+		t.Errorf("error syncs +%v, want none", d)
+	}
+	if q.NumRequeues(s.Key) != 1 {
+		t.Errorf("requeues %d, want 1", q.NumRequeues(s.Key))
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/globaldns/global/plugin/global/telemetry"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -194,6 +195,12 @@ func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInter
 		telemetry.WriterSyncs.WithLabelValues("conflict").Inc()
 		q.Forget(k)
 		q.AddAfter(k, conflictRecheck)
+	case apierrors.IsConflict(err):
+		// A write carried an older resourceVersion than the API's: the cache is behind, as for
+		// errStale. Nothing is wrong; try again from the next state.
+		telemetry.WriterSyncs.WithLabelValues("stale").Inc()
+		telemetry.Log.Debugf("writer: %s: %v", k, err)
+		q.AddRateLimited(k)
 	default:
 		telemetry.WriterSyncs.WithLabelValues("error").Inc()
 		if ctx.Err() == nil {
