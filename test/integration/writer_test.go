@@ -272,6 +272,44 @@ func TestWriterRenamedPort(t *testing.T) {
 	})
 }
 
+// TestWriterRestoresItsService: someone adds a selector to the written Service (Kubernetes'
+// EndpointSlice controller would then write slices beside ours), then makes it an ExternalName:
+// the writer restores both.
+func TestWriterRestoresItsService(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
+	must(t, err)
+	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+	restored := func() error {
+		svc, _ := written(t, ns)
+		if svc == nil || len(svc.Spec.Selector) > 0 || svc.Spec.Type != corev1.ServiceTypeClusterIP || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			return fmt.Errorf("service %+v", svc)
+		}
+		return nil
+	}
+	eventually(t, "the written Service", restored)
+	for _, edit := range []func(*corev1.Service){
+		func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "theirs"} },
+		func(s *corev1.Service) {
+			s.Spec.Type, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "db.example.com"
+			s.Spec.ClusterIP, s.Spec.ClusterIPs, s.Spec.IPFamilies, s.Spec.IPFamilyPolicy = "", nil, nil, nil
+		},
+	} {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			svc, err := client().CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			edit(svc)
+			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+			return err
+		})
+		must(t, err)
+		eventually(t, "the Service restored", restored)
+	}
+}
+
 // TestWriterWritesLittle: one endpoint change is one slice update; a restart with nothing
 // changed writes nothing; 250 endpoints make 3 slices of at most 100.
 func TestWriterWritesLittle(t *testing.T) {

@@ -104,6 +104,14 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	upd.Spec.Ports = want.Spec.Ports
+	// A selector would have Kubernetes' EndpointSlice controller write slices beside ours; another
+	// type would not be headless. Both are restored (a headless Service's clusterIP can only be set
+	// again when it stopped being ClusterIP).
+	upd.Spec.Selector = nil
+	if !clusterIPType(upd) {
+		upd.Spec.Type, upd.Spec.ExternalName = corev1.ServiceTypeClusterIP, ""
+		upd.Spec.ClusterIP, upd.Spec.ClusterIPs = want.Spec.ClusterIP, nil
+	}
 	updated, err := api.Update(ctx, upd, metav1.UpdateOptions{})
 	return updated, r.counted("update", err)
 }
@@ -123,7 +131,15 @@ func (r *reconciler) alreadyExists(ctx context.Context, k index.Key, get func() 
 
 func owned(l map[string]string) bool { return l[LabelManagedBy] == ManagedBy }
 
+// clusterIPType reports whether s is of type ClusterIP, the API's default.
+func clusterIPType(s *corev1.Service) bool {
+	return s.Spec.Type == "" || s.Spec.Type == corev1.ServiceTypeClusterIP
+}
+
 func serviceUpToDate(have, want *corev1.Service) bool {
+	if len(have.Spec.Selector) > 0 || !clusterIPType(have) {
+		return false
+	}
 	for k, v := range want.Labels {
 		if have.Labels[k] != v {
 			return false
