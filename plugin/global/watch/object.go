@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 )
 
 // The watcher keeps these instead of the API objects: only what the index reads, converted once
@@ -126,7 +127,7 @@ func transform(src source) func(any) (any, error) {
 				p.add(ReasonNoServiceLabel, "no "+discoveryv1.LabelServiceName+" label")
 			}
 			if src == fromPodMirror {
-				ready := slices.ContainsFunc(o.Endpoints, func(e discoveryv1.Endpoint) bool { return deref(e.Conditions.Ready, true) })
+				ready := slices.ContainsFunc(o.Endpoints, func(e discoveryv1.Endpoint) bool { return ptr.Deref(e.Conditions.Ready, true) })
 				return &podSlice{meta: m, pod: svc, ready: ready}, nil
 			}
 			s := &slice{meta: m, service: svc}
@@ -157,20 +158,20 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 			p.add(ReasonPortWithoutNumber, "a port without a number")
 			continue
 		}
-		out.Ports = append(out.Ports, index.Port{Name: deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(deref(sp.Protocol, ""))})
+		out.Ports = append(out.Ports, index.Port{Name: ptr.Deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(ptr.Deref(sp.Protocol, ""))})
 	}
 	out.Ports = internPorts(out.Ports)
 	for i := range es.Endpoints {
 		e := &es.Endpoints[i]
-		ready := deref(e.Conditions.Ready, true) // nil means ready, as in Kubernetes
+		ready := ptr.Deref(e.Conditions.Ready, true) // nil means ready, as in Kubernetes
 		ep := index.Endpoint{
 			Ready: ready,
 			// Without a serving condition (the mirroring controller sets none), serving is ready.
-			Serving:     deref(e.Conditions.Serving, ready),
-			Terminating: deref(e.Conditions.Terminating, false),
+			Serving:     ptr.Deref(e.Conditions.Serving, ready),
+			Terminating: ptr.Deref(e.Conditions.Terminating, false),
 		}
 		if e.Zone != nil || e.NodeName != nil || e.TargetRef != nil {
-			ep.Local = &index.Placement{Zone: deref(e.Zone, ""), NodeName: deref(e.NodeName, "")}
+			ep.Local = &index.Placement{Zone: ptr.Deref(e.Zone, ""), NodeName: ptr.Deref(e.NodeName, "")}
 			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 				ep.Local.Pod = e.TargetRef.Name
 			}
@@ -191,7 +192,7 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 		if !ep.Addr.IsValid() {
 			continue
 		}
-		ep.Host = deref(e.Hostname, "")
+		ep.Host = ptr.Deref(e.Hostname, "")
 		if ep.Host != "" && len(validation.IsDNS1123Label(ep.Host)) > 0 {
 			p.add(ReasonBadHostname, "hostname "+quote(ep.Host)+" is not a DNS label: using its address")
 			ep.Host = ""
@@ -218,13 +219,6 @@ func dashed(a netip.Addr) string {
 		h = "0" + h
 	}
 	return h
-}
-
-func deref[T any](p *T, def T) T {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 func quote(s string) string {
