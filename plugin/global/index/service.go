@@ -158,10 +158,10 @@ func samePorts(a, b []Port) bool {
 // thousands of records builds no map.
 type liveness []PodMirror
 
+// newLiveness sorts pods, which Source.PodMirrors hands over, in place.
 func newLiveness(pods []PodMirror) liveness {
-	l := liveness(slices.Clone(pods))
-	slices.SortFunc(l, func(a, b PodMirror) int { return a.Addr.Compare(b.Addr) })
-	return l
+	slices.SortFunc(pods, func(a, b PodMirror) int { return a.Addr.Compare(b.Addr) })
+	return pods
 }
 
 func (l liveness) of(addr netip.Addr) Gateway {

@@ -97,7 +97,8 @@ type Source interface {
 	Members(k Key) []*Member
 	// Slices returns the EndpointSlices of member m, in any order.
 	Slices(m *Member) []*Slice
-	// PodMirrors returns the per-pod mirrors of mirror member m, in any order (none for local members).
+	// PodMirrors returns the per-pod mirrors of mirror member m, in any order (none for local
+	// members), in a slice the caller owns.
 	PodMirrors(m *Member) []PodMirror
 }
 

@@ -3,6 +3,7 @@ package indextest
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -85,7 +86,7 @@ func (s *Source) Slices(m *index.Member) []*index.Slice {
 func (s *Source) PodMirrors(m *index.Member) []index.PodMirror {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pods[m]
+	return slices.Clone(s.pods[m])
 }
 
 // Endpoint returns a ready endpoint with one address.
