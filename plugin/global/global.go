@@ -1,7 +1,7 @@
 // Package global is a CoreDNS plugin that answers <svc>.<ns>.global with the union of a local
 // headless Service and every Linkerd multicluster mirror of it, ordered by topology tier.
 //
-// The shape: watch (informers) -> index (global services, immutable snapshots) -> dns (this
+// The shape: watch (reflectors) -> index (global services, immutable snapshots) -> dns (this
 // package: names in, records out).
 package global
 

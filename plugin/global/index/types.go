@@ -90,7 +90,7 @@ type PodMirror struct {
 	Ready bool       // some EndpointSlice of it has a ready endpoint
 }
 
-// Source is what the index reads to build a global service: the watcher's informer caches.
+// Source is what the index reads to build a global service: the watcher's tables.
 // Every call must be cheap and safe for concurrent use.
 type Source interface {
 	// Members returns the Services that are members of the global service k, in any order.

@@ -44,8 +44,8 @@ const (
 	ReasonBadPodMirror       = "invalid_pod_mirror"
 )
 
-// mirrorMember classifies a Service seen by the mirror informer. It returns the member and the
-// global service it belongs to, or nil when the Service is not a headless mirror. Expected
+// mirrorMember classifies a Service seen by the mirror Services' reflector. It returns the member
+// and the global service it belongs to, or nil when the Service is not a headless mirror. Expected
 // non-members (ClusterIP, per-pod, gateway and remote-discovery mirrors) are nil without problems.
 func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	l := s.Labels
@@ -108,7 +108,7 @@ func remoteName(s *corev1.Service, cluster string, p *problems) (string, bool) {
 	return name, true
 }
 
-// localMember classifies a Service seen by the export-selected informer: only a headless Service
+// localMember classifies a Service seen by the export-selected reflector: only a headless Service
 // that is not itself a mirror is a member, of the global service of the same name.
 func localMember(s *corev1.Service) (*index.Member, index.Key) {
 	// The API only stores Services with valid names; a cache fed otherwise must not create an

@@ -90,7 +90,7 @@ type object interface {
 	objectMeta() *meta
 }
 
-// source is what one informer watches, which decides how its objects are converted.
+// source is what one reflector watches, which decides how its objects are converted.
 type source uint8
 
 const (
