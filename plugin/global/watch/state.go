@@ -100,42 +100,80 @@ type space struct {
 	local        map[string]*service   // local member Services, by name
 	mirrors      map[string]*service   // headless mirrors, by name
 	mirrorsOf    map[string][]*service // headless mirrors, by global service name
-	pods         map[string]*pod       // per-pod mirrors, by name
+	pods         map[uint64]*pod       // per-pod mirrors, by podID of their name
 	roots        map[string]*root      // per-pod mirrors, by headless mirror name
 	localSlices  sliceTable
 	mirrorSlices sliceTable            // the headless (and ClusterIP) mirrors'
-	podSlices    map[uint64]podSliceOf // per-pod mirrors' slices, by sliceID of their name
+	podSlices    map[uint64]podSliceOf // per-pod mirrors' slices, by nameID of their name
 }
 
-// root is the per-pod mirrors of one headless mirror.
+// root is the per-pod mirrors of one headless mirror, a list linked through pod.next (a slice
+// of pointers would be one more allocation per headless mirror).
 type root struct {
-	name string
-	pods []*pod
+	name  string
+	first *pod
 }
 
-// sliceTable is the slices of one source, by name and by Service.
+// sliceTable is the slices of one source, by name and by Service: nearly every Service has one
+// slice, so the first is kept apart from the rest (a list per Service would be one more
+// allocation, and a bigger map entry, per Service).
 type sliceTable struct {
 	byName map[string]*slice
-	of     map[string][]*slice
+	first  map[string]*slice   // by Service
+	more   map[string][]*slice // by Service, when it has more than one
+}
+
+func newSliceTable() sliceTable {
+	return sliceTable{byName: map[string]*slice{}, first: map[string]*slice{}, more: map[string][]*slice{}}
+}
+
+func (st *sliceTable) add(o *slice) {
+	st.byName[o.name] = o
+	if st.first[o.service] == nil {
+		st.first[o.service] = o
+	} else {
+		st.more[o.service] = append(st.more[o.service], o)
+	}
+}
+
+func (st *sliceTable) remove(o *slice) {
+	delete(st.byName, o.name)
+	if st.first[o.service] != o {
+		drop(st.more, o.service, o)
+		return
+	}
+	rest := st.more[o.service]
+	if len(rest) == 0 {
+		delete(st.first, o.service)
+		return
+	}
+	st.first[o.service] = rest[len(rest)-1]
+	drop(st.more, o.service, rest[len(rest)-1])
 }
 
 // pod is a per-pod mirror: its Service (root nil until seen) and how many of its EndpointSlices
-// there are, and have a ready endpoint. One entry for both kinds, 64 bytes: there is one per
-// mirror record.
+// there are, and have a ready endpoint. One entry for both kinds, 48 bytes, with neither name nor
+// version: there is one per mirror record, and what a relist compares is its content.
 type pod struct {
-	name          string // its key in space.pods, shared
-	root          *root  // the headless mirror
+	root          *root // the headless mirror
+	next          *pod  // in root's list
 	ip            netip.Addr
-	version       uint64 // the Service's
 	slices, ready int32
 }
 
-// podSliceOf is what is kept of a per-pod mirror's slice.
-type podSliceOf struct {
-	pod     *pod
-	version uint64
-	ready   bool
+// podSliceOf is what is kept of a per-pod mirror's slice: whose (podID of the per-pod mirror)
+// and whether it counts as ready (the low bit), in one word: there is one per mirror record.
+type podSliceOf uint64
+
+func newPodSliceOf(pod string, ready bool) podSliceOf {
+	if ready {
+		return podSliceOf(podID(pod) | 1)
+	}
+	return podSliceOf(podID(pod))
 }
+
+func (o podSliceOf) pod() uint64 { return uint64(o) &^ 1 }
+func (o podSliceOf) ready() bool { return o&1 == 1 }
 
 func newState() *state { return &state{spaces: map[string]*space{}} }
 
@@ -150,9 +188,9 @@ func (s *state) space(ns string) *space {
 	if sp == nil {
 		sp = &space{
 			local: map[string]*service{}, mirrors: map[string]*service{}, mirrorsOf: map[string][]*service{},
-			pods: map[string]*pod{}, roots: map[string]*root{},
-			localSlices:  sliceTable{byName: map[string]*slice{}, of: map[string][]*slice{}},
-			mirrorSlices: sliceTable{byName: map[string]*slice{}, of: map[string][]*slice{}},
+			pods: map[uint64]*pod{}, roots: map[string]*root{},
+			localSlices:  newSliceTable(),
+			mirrorSlices: newSliceTable(),
 			podSlices:    map[uint64]podSliceOf{},
 		}
 		s.spaces[ns] = sp
@@ -178,7 +216,7 @@ func (s *state) apply(t *table, objs []object, dels []objectRef) {
 	}
 	for _, o := range objs {
 		m := o.objectMeta()
-		s.remove(t, m.namespace, t.key(m.name), c)
+		s.remove(t, m.namespace, t.key(m.name), c) // whatever it was before
 		s.put(t, o, c)
 	}
 	sink := s.sink
@@ -191,16 +229,15 @@ func (s *state) apply(t *table, objs []object, dels []objectRef) {
 }
 
 // replace makes objs t's whole part of the state: what is not in it is deleted, what changed is
-// put, what has the same version is left alone.
+// put, what is the same is left alone.
 func (s *state) replace(t *table, objs []object) {
 	s.mu.RLock()
 	listed := make(map[objectRef]bool, len(objs))
 	var changed []object
 	for _, o := range objs {
 		m := o.objectMeta()
-		k := t.key(m.name)
-		listed[objectRef{m.namespace, k}] = true
-		if v, ok := s.version(t, m.namespace, k); !ok || v != m.version || v == 0 {
+		listed[objectRef{m.namespace, keyOf(o)}] = true
+		if !s.unchanged(t, o) {
 			changed = append(changed, o)
 		}
 	}
@@ -221,25 +258,44 @@ func (s *state) replace(t *table, objs []object) {
 	s.apply(t, changed, gone)
 }
 
-// objectKey identifies an object of a table in a namespace: by name, or, for per-pod mirrors'
-// slices, by sliceID of the name (kept instead of the name: there is one per mirror record).
+// objectKey identifies an object of a table in a namespace: by name, or, for per-pod mirrors and
+// their slices, by nameID of the name (kept instead of the name: there is one per mirror record).
 type objectKey struct {
 	name string
 	id   uint64
 }
 
+// key is every key an object called name may have in t: Linkerd's mirror Services are headless
+// mirrors (by name) or per-pod mirrors (by id), and one may turn into the other.
 func (t *table) key(name string) objectKey {
-	if t.kind == kindSlice && t.src == fromPodMirror {
-		return objectKey{id: sliceID(name)}
+	switch {
+	case t.kind == kindSlice && t.src == fromPodMirror:
+		return objectKey{id: nameID(name)}
+	case t.kind == kindService && t.src == fromMirror:
+		return objectKey{name: name, id: podID(name)}
 	}
 	return objectKey{name: name}
 }
 
-// sliceSeed keys sliceID; random, so no one can choose names that collide. Two of 100,000 names
-// collide with a probability of about 3e-10.
-var sliceSeed = maphash.MakeSeed()
+// keyOf is the key under which o is kept.
+func keyOf(o object) objectKey {
+	switch o.(type) {
+	case *podMirror:
+		return objectKey{id: podID(o.objectMeta().name)}
+	case *podSlice:
+		return objectKey{id: nameID(o.objectMeta().name)}
+	}
+	return objectKey{name: o.objectMeta().name}
+}
 
-func sliceID(name string) uint64 { return maphash.String(sliceSeed, name) }
+// nameSeed keys nameID; random, so no one can choose names that collide. Two of 100,000 names
+// collide with a probability of about 3e-10.
+var nameSeed = maphash.MakeSeed()
+
+func nameID(name string) uint64 { return maphash.String(nameSeed, name) }
+
+// podID is the nameID of a per-pod mirror, without its low bit, which podSliceOf uses.
+func podID(name string) uint64 { return nameID(name) &^ 1 }
 
 // objectRef names one object of a table: in a namespace, by its key.
 type objectRef struct {
@@ -247,35 +303,36 @@ type objectRef struct {
 	key       objectKey
 }
 
-// version returns the version of t's object k in ns, if t has it.
-func (s *state) version(t *table, ns string, k objectKey) (uint64, bool) {
-	name := k.name
-	sp := s.spaces[ns]
+// unchanged reports whether t holds o as it is: the same version, or for the per-pod mirrors,
+// which keep none, the same content.
+func (s *state) unchanged(t *table, o object) bool {
+	m := o.objectMeta()
+	sp := s.spaces[m.namespace]
 	if sp == nil {
-		return 0, false
+		return false
 	}
-	switch {
-	case t.kind == kindService && t.src == fromLocal:
-		if o, ok := sp.local[name]; ok {
-			return o.version, true
+	var kept uint64 // the version kept, 0 for none
+	switch o := o.(type) {
+	case *podMirror:
+		p := sp.pods[podID(m.name)]
+		return p != nil && p.root != nil && p.root.name == o.root && p.ip == o.ip
+	case *podSlice:
+		ps, ok := sp.podSlices[nameID(m.name)]
+		return ok && ps == newPodSliceOf(o.pod, o.ready)
+	case *service:
+		e := sp.mirrors[m.name]
+		if t.src == fromLocal {
+			e = sp.local[m.name]
 		}
-	case t.kind == kindService:
-		if o, ok := sp.mirrors[name]; ok {
-			return o.version, true
+		if e != nil {
+			kept = e.version
 		}
-		if p, ok := sp.pods[name]; ok && p.root != nil {
-			return p.version, true
-		}
-	case t.src == fromPodMirror:
-		if o, ok := sp.podSlices[k.id]; ok {
-			return o.version, true
-		}
-	default:
-		if o, ok := sp.sliceTable(t.src).byName[name]; ok {
-			return o.version, true
+	case *slice:
+		if e := sp.sliceTable(t.src).byName[m.name]; e != nil {
+			kept = e.version
 		}
 	}
-	return 0, false
+	return kept != 0 && kept == m.version
 }
 
 // keys returns the keys of t's objects in sp.
@@ -291,9 +348,9 @@ func (sp *space) keys(t *table) []objectKey {
 		for name := range sp.mirrors {
 			add(name)
 		}
-		for name, p := range sp.pods {
+		for id, p := range sp.pods {
 			if p.root != nil {
-				add(name)
+				out = append(out, objectKey{id: id})
 			}
 		}
 	case t.src == fromPodMirror:
@@ -318,7 +375,7 @@ func (sp *space) sliceTable(src source) *sliceTable {
 // mirrorKey is the global service of headless mirror name, if it is one.
 func (sp *space) mirrorKey(name string) (index.Key, bool) {
 	if m := sp.mirrors[name]; m != nil {
-		return m.global, true
+		return m.key(), true
 	}
 	return index.Key{}, false
 }
@@ -342,39 +399,38 @@ func (s *state) remove(t *table, ns string, k objectKey, c changes) {
 	case t.kind == kindService && t.src == fromLocal:
 		if o, ok := sp.local[name]; ok {
 			delete(sp.local, name)
-			c.add(o.global, true)
+			c.add(o.key(), true)
 		}
 	case t.kind == kindService:
 		if o, ok := sp.mirrors[name]; ok {
 			delete(sp.mirrors, name)
-			drop(sp.mirrorsOf, o.global.Name, o)
-			c.add(o.global, true)
+			drop(sp.mirrorsOf, o.global, o)
+			c.add(o.key(), true)
 		}
-		if p, ok := sp.pods[name]; ok && p.root != nil {
+		if p, ok := sp.pods[k.id]; ok && p.root != nil {
 			r := p.root
-			if r.pods = slices.DeleteFunc(r.pods, func(e *pod) bool { return e == p }); len(r.pods) == 0 {
+			if r.unlink(p); r.first == nil {
 				delete(sp.roots, r.name)
 			}
 			c.add(sp.mirrorKey(r.name))
-			p.root, p.ip, p.version = nil, netip.Addr{}, 0
-			sp.dropPod(p)
+			p.root, p.ip = nil, netip.Addr{}
+			sp.dropPod(k.id, p)
 		}
 	case t.src == fromPodMirror:
 		if o, ok := sp.podSlices[k.id]; ok {
 			delete(sp.podSlices, k.id)
-			p := o.pod
+			p := sp.pods[o.pod()]
 			p.slices--
-			if o.ready {
+			if o.ready() {
 				p.ready--
 			}
 			c.add(p.rootKey(sp))
-			sp.dropPod(p)
+			sp.dropPod(o.pod(), p)
 		}
 	default:
 		table := sp.sliceTable(t.src)
 		if o, ok := table.byName[name]; ok {
-			delete(table.byName, name)
-			drop(table.of, o.service, o)
+			table.remove(o)
 			c.add(sp.sliceKey(ns, t.src, o.service))
 		}
 	}
@@ -393,50 +449,58 @@ func (s *state) put(t *table, o object, c changes) {
 			sp.local[m.name] = o
 		} else {
 			sp.mirrors[m.name] = o
-			sp.mirrorsOf[o.global.Name] = append(sp.mirrorsOf[o.global.Name], o)
+			sp.mirrorsOf[o.global] = append(sp.mirrorsOf[o.global], o)
 		}
-		c.add(o.global, true)
+		c.add(o.key(), true)
 	case *podMirror:
 		r := sp.roots[o.root]
 		if r == nil {
 			r = &root{name: o.root}
 			sp.roots[o.root] = r
 		}
-		p := sp.pod(m.name)
-		p.root, p.ip, p.version = r, o.ip, m.version
-		r.pods = append(r.pods, p)
+		p := sp.pod(podID(m.name))
+		p.root, p.ip, p.next, r.first = r, o.ip, r.first, p
 		c.add(sp.mirrorKey(r.name))
 	case *podSlice:
 		if o.pod == "" {
 			return
 		}
-		p := sp.pod(o.pod)
+		p := sp.pod(podID(o.pod))
 		p.slices++
 		if o.ready {
 			p.ready++
 		}
-		sp.podSlices[sliceID(m.name)] = podSliceOf{pod: p, version: m.version, ready: o.ready}
+		sp.podSlices[nameID(m.name)] = newPodSliceOf(o.pod, o.ready)
 		c.add(p.rootKey(sp))
 	case *slice:
 		if o.service == "" {
 			return
 		}
 		table := sp.sliceTable(t.src)
-		table.byName[m.name] = o
-		table.of[o.service] = append(table.of[o.service], o)
+		table.add(o)
 		c.add(sp.sliceKey(m.namespace, t.src, o.service))
 	}
 }
 
-// pod returns the per-pod mirror entry of name, made if missing: a slice may come before its
+// pod returns the per-pod mirror entry of id, made if missing: a slice may come before its
 // Service.
-func (sp *space) pod(name string) *pod {
-	p := sp.pods[name]
+func (sp *space) pod(id uint64) *pod {
+	p := sp.pods[id]
 	if p == nil {
-		p = &pod{name: name}
-		sp.pods[name] = p
+		p = &pod{}
+		sp.pods[id] = p
 	}
 	return p
+}
+
+// unlink takes p out of r's list.
+func (r *root) unlink(p *pod) {
+	for at := &r.first; *at != nil; at = &(*at).next {
+		if *at == p {
+			*at, p.next = p.next, nil
+			return
+		}
+	}
 }
 
 // rootKey is the global service of p's headless mirror, once both are known.
@@ -448,9 +512,9 @@ func (p *pod) rootKey(sp *space) (index.Key, bool) {
 }
 
 // dropPod deletes a per-pod mirror entry that has neither a Service nor a slice left.
-func (sp *space) dropPod(p *pod) {
+func (sp *space) dropPod(id uint64, p *pod) {
 	if p.root == nil && p.slices <= 0 {
-		delete(sp.pods, p.name)
+		delete(sp.pods, id)
 	}
 }
 
@@ -492,12 +556,19 @@ func (s *state) slices(m *index.Member) []*index.Slice {
 	if m.Local() {
 		src = fromLocal
 	}
-	of := sp.sliceTable(src).of[m.Name]
-	out := make([]*index.Slice, 0, len(of))
-	for _, o := range of {
+	st := sp.sliceTable(src)
+	first, more := st.first[m.Name], st.more[m.Name]
+	if first == nil {
+		return nil
+	}
+	out := make([]*index.Slice, 0, 1+len(more))
+	for _, o := range more {
 		if o.slice != nil {
 			out = append(out, o.slice)
 		}
+	}
+	if first.slice != nil {
+		out = append(out, first.slice)
 	}
 	return out
 }
@@ -516,8 +587,8 @@ func (s *state) podMirrors(m *index.Member) []index.PodMirror {
 	if r == nil {
 		return nil
 	}
-	out := make([]index.PodMirror, 0, len(r.pods))
-	for _, p := range r.pods {
+	var out []index.PodMirror
+	for p := r.first; p != nil; p = p.next {
 		out = append(out, index.PodMirror{Addr: p.ip, Ready: p.ready > 0})
 	}
 	return out

@@ -108,6 +108,22 @@ func TestStatePodMirrors(t *testing.T) {
 	if got := rec.take(); len(got) != 0 {
 		t.Errorf("unchanged relists notified %v", got)
 	}
+	// Per-pod mirrors keep no version: new versions of the same content change nothing either.
+	must(t, podSlices.Replace([]any{podSliceObj("foo-0-west-abcde", "foo-0-west", false, "7")}, "7"))
+	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "7")}, "7"))
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("relists of new versions of the same per-pod mirror notified %v", got)
+	}
+	// A new address of the per-pod mirror is a change.
+	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.11", "8")}, "8"))
+	if got := liveness(); got != "[{10.96.0.11 false}]" {
+		t.Errorf("new address: liveness %s", got)
+	}
+	if got := rec.take(); !slices.Equal(got, []index.Key{foo}) {
+		t.Errorf("new address notified %v", got)
+	}
+	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "9")}, "9"))
+	rec.take()
 	if got := liveness(); got != "[{10.96.0.10 false}]" {
 		t.Errorf("after relists: liveness %s", got)
 	}
