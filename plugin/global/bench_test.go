@@ -59,7 +59,7 @@ func BenchmarkPublish(b *testing.B) {
 			for e := range 3 {
 				eps = append(eps, indextest.Endpoint(fmt.Sprintf("p-%d", e), fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250)))
 			}
-			src.Add(k, &index.Member{Namespace: "db", Name: k.Name + "-" + cluster, Cluster: cluster, Ports: ports}, indextest.Slice(ports, eps...))
+			src.Add(k, &index.Member{Namespace: "db", Name: k.Name + "-" + cluster, Origin: index.Origin{Cluster: cluster, Ports: ports}}, indextest.Slice(ports, eps...))
 		}
 		keys = append(keys, k)
 		ix.Changed(k)

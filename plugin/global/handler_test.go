@@ -24,21 +24,22 @@ var (
 // db/empty has no ready endpoint; app/foo makes the short name foo ambiguous when present.
 func source() *indextest.Source {
 	src := indextest.New()
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort,
 			indextest.Endpoint("foo-1", "10.0.0.2"),
 			indextest.Endpoint("foo-0", "10.0.0.1"),
 			indextest.NotReady(indextest.Endpoint("foo-2", "10.0.0.3"))))
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{
-		{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"}}},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: []index.Port{
+		{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"}}}},
+
 		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}, {Name: "metrics", Port: 19000, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "10.96.0.1")),
 		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}, {Name: "metrics", Port: 19000, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "fd00::1")))
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Cluster: "north", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Origin: index.Origin{Cluster: "north", Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.96.1.1")))
 	empty := index.Key{Namespace: "db", Name: "empty"}
-	src.Add(empty, &index.Member{Namespace: "db", Name: "empty", Ports: dbPort},
+	src.Add(empty, &index.Member{Namespace: "db", Name: "empty", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("empty-0", "10.0.1.1"))))
 	return src
 }
@@ -201,7 +202,7 @@ func TestRefusedAndNotImplemented(t *testing.T) {
 func TestAmbiguousShortName(t *testing.T) {
 	src := source()
 	app := index.Key{Namespace: "app", Name: "foo"}
-	src.Add(app, &index.Member{Namespace: "app", Name: "foo", Ports: dbPort},
+	src.Add(app, &index.Member{Namespace: "app", Name: "foo", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.9.9")))
 	g := newGlobal(t, src, app)
 

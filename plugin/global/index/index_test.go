@@ -37,18 +37,18 @@ func TestTier(t *testing.T) {
 // clusters at three distances, one of them entirely not ready.
 func scenario() *indextest.Source {
 	src := indextest.New()
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort,
 			indextest.Endpoint("foo-0", "10.0.0.3"),
 			indextest.Endpoint("foo-1", "10.0.0.1"),
 			indextest.NotReady(indextest.Endpoint("foo-2", "10.0.0.2"))))
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Cluster: "north", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Origin: index.Origin{Cluster: "north", Ports: dbPort}},
 		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.1.1")))
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: dbPort}},
 		indextest.Slice(targetPort,
 			indextest.Endpoint("foo-1", "10.96.0.10"),
 			indextest.Endpoint("foo-0", "10.96.0.20")))
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-south", Cluster: "south", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-south", Origin: index.Origin{Cluster: "south", Ports: dbPort}},
 		indextest.Slice(targetPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.2.1"))))
 	return src
 }
@@ -122,7 +122,7 @@ func TestViews(t *testing.T) {
 
 func TestBuildDualStackAndDuplicates(t *testing.T) {
 	src := indextest.New()
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.0.1")),
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "fd00::1"), indextest.Endpoint("foo-9", "fd00::9")),
 		// The same endpoint in a second slice, for a moment, not ready there.
@@ -147,11 +147,11 @@ func TestBuildDualStackAndDuplicates(t *testing.T) {
 
 func TestBuildSkipsAmbiguousMembers(t *testing.T) {
 	src := indextest.New()
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: dbPort}},
 		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.0.1")))
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west-2", Cluster: "west", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west-2", Origin: index.Origin{Cluster: "west", Ports: dbPort}},
 		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.0.2")))
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-east", Cluster: "east", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-east", Origin: index.Origin{Cluster: "east", Ports: dbPort}},
 		indextest.Slice(targetPort, indextest.Endpoint("foo-0", "10.96.0.3")))
 	svc := indextest.Topology().Build(foo, src)
 	if got := describe(svc.All().A); !slices.Equal(got, []string{"1 west foo-0 10.96.0.1"}) {
@@ -169,7 +169,7 @@ func TestBuildSkipsAmbiguousMembers(t *testing.T) {
 
 func TestBuildPortMismatch(t *testing.T) {
 	src := indextest.New()
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: dbPort},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: dbPort}},
 		indextest.Slice([]index.Port{{Name: "db", Port: 1, Protocol: "TCP"}, {Name: "admin", Port: 2, Protocol: "TCP"}},
 			indextest.Endpoint("foo-0", "10.96.0.1")))
 	svc := indextest.Topology().Build(foo, src)
@@ -204,7 +204,7 @@ func TestIndexPublishes(t *testing.T) {
 
 	// The same name in a second namespace; then the first one goes away.
 	other := index.Key{Namespace: "app", Name: "foo"}
-	m := src.Add(other, &index.Member{Namespace: "app", Name: "foo", Ports: dbPort})
+	m := src.Add(other, &index.Member{Namespace: "app", Name: "foo", Origin: index.Origin{Ports: dbPort}})
 	ix.Changed(other)
 	ix.Publish()
 	if ns := ix.Snapshot().Namespaces("foo"); !slices.Equal(ns, []string{"app", "db"}) {

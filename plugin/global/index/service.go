@@ -24,9 +24,10 @@ type Service struct {
 }
 
 // clusterRun locates one cluster's ready records: Records[a[0]:a[1]] (IPv4), Records[aaaa[0]:aaaa[1]].
+// int32 offsets: one per member of every service, and no service has 2^31 records.
 type clusterRun struct {
 	name    string
-	a, aaaa [2]int
+	a, aaaa [2]int32
 }
 
 // All returns the ready records of every member.
@@ -120,7 +121,7 @@ func (t *Topology) Build(k Key, src Source) *Service {
 			}
 			// Port lists are interned: slices of one member nearly always share one origin.
 			if origin == nil || !samePorts(origin.Ports, ports) {
-				origin = &Origin{Cluster: cluster, Ports: ports}
+				origin = m.originOf(cluster, ports)
 			}
 			for e := range sl.Endpoints {
 				ep := &sl.Endpoints[e]
@@ -245,6 +246,7 @@ func (s *Service) index(local string) {
 	s.ready = prefixLen(s.Records, func(r *Record) bool { return r.Ready })
 	s.v4 = prefixLen(s.Records[:s.ready], func(r *Record) bool { return r.Family() == IPv4 })
 	all := s.All()
+	s.clusters = make([]clusterRun, 0, len(s.Members))
 	for _, m := range s.Members {
 		c := m.Cluster
 		if m.Local() {
@@ -260,16 +262,16 @@ func (s *Service) index(local string) {
 }
 
 // span returns where cluster's records are in Records, given rs = Records[offset:...].
-func span(offset int, rs []Record, cluster string) [2]int {
+func span(offset int, rs []Record, cluster string) [2]int32 {
 	i := slices.IndexFunc(rs, func(r Record) bool { return r.Cluster == cluster })
 	if i < 0 {
-		return [2]int{offset, offset}
+		return [2]int32{int32(offset), int32(offset)}
 	}
 	j := i
 	for j < len(rs) && rs[j].Cluster == cluster {
 		j++
 	}
-	return [2]int{offset + i, offset + j}
+	return [2]int32{int32(offset + i), int32(offset + j)}
 }
 
 // prefixLen returns the length of the longest prefix of rs whose records all satisfy f.

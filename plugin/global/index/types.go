@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Key names one global service: the original service name and its namespace.
@@ -50,8 +51,27 @@ func PortsKey(ps []Port) string {
 // Service or the headless mirror of it from one linked cluster. It is immutable once built.
 type Member struct {
 	Namespace, Name string // the member Service itself (e.g. foo-west)
-	Cluster         string // the linked cluster; "" for the local Service
-	Ports           []Port // the Service's ports; for mirrors these are what clients dial
+	// Origin is the linked cluster ("" for the local Service) and the Service's ports (for
+	// mirrors, what clients dial): a mirror's records share it.
+	Origin
+
+	// local is the Origin a local member's records last had (their cluster is this one's name,
+	// their ports the slices'), shared by the next build's records when it still fits: one
+	// allocation fewer per build, in the space a Member's size class leaves free.
+	local atomic.Pointer[Origin]
+}
+
+// originOf returns an Origin of cluster and ports for m's records, one m already has if it fits.
+func (m *Member) originOf(cluster string, ports []Port) *Origin {
+	if m.Cluster == cluster && samePorts(m.Ports, ports) {
+		return &m.Origin
+	}
+	if o := m.local.Load(); o != nil && o.Cluster == cluster && samePorts(o.Ports, ports) {
+		return o
+	}
+	o := &Origin{Cluster: cluster, Ports: ports}
+	m.local.Store(o)
+	return o
 }
 
 // Local reports whether m is this cluster's own Service.
@@ -124,7 +144,7 @@ type Record struct {
 
 // Origin is what the records of one member (and one port list) share.
 type Origin struct {
-	Cluster string // this cluster's name for local pods
+	Cluster string // this cluster's name for local pods ("" in a local Member)
 	Ports   []Port // ports to dial at Addr: slice ports (local), mirror Service ports (mirrors)
 }
 

@@ -136,13 +136,14 @@ func TestDesired(t *testing.T) {
 	k := index.Key{Namespace: "db", Name: "foo"}
 	local := indextest.Endpoint("foo-0", "10.0.0.1")
 	local.Local = &index.Placement{Zone: "z1", NodeName: "node-a", Pod: "foo-0"}
-	src.Add(k, &index.Member{Namespace: "db", Name: "foo", Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "admin", Port: 8080, Protocol: "TCP"}}},
+	src.Add(k, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "admin", Port: 8080, Protocol: "TCP"}}}},
 		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, local))
 	// west exposes 8080 as "web" (a rename), and 8080/UDP as "stats": the name or the number and
 	// protocol taken, "web" cannot join; "stats" can.
-	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: []index.Port{
+	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: []index.Port{
 		{Name: "db", Port: 5432, Protocol: "TCP"}, {Name: "metrics", Port: 9000, Protocol: "TCP"},
-		{Name: "web", Port: 8080, Protocol: "TCP"}, {Name: "stats", Port: 8080, Protocol: "UDP"}}},
+		{Name: "web", Port: 8080, Protocol: "TCP"}, {Name: "stats", Port: 8080, Protocol: "UDP"}}}},
+
 		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
 	s := indextest.Topology().Build(k, src)
 

@@ -39,7 +39,7 @@ func westService() *index.Service {
 	src := indextest.New()
 	k := index.Key{Namespace: "db", Name: "foo"}
 	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
-	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: ports},
+	src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: ports}},
 		indextest.Slice(ports, indextest.Endpoint("foo-0", "10.96.0.1")))
 	return indextest.Topology().Build(k, src)
 }
@@ -143,7 +143,7 @@ func TestProcessTreatsAPIConflictAsStale(t *testing.T) {
 	// foo-0 turns not ready, and someone else updated the slice meanwhile.
 	src := indextest.New()
 	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
-	src.Add(s.Key, &index.Member{Namespace: "db", Name: "foo-west", Cluster: "west", Ports: ports},
+	src.Add(s.Key, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: ports}},
 		indextest.Slice(ports, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
 	ix := index.New(indextest.Topology(), src)
 	ix.Start()
