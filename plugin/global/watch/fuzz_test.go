@@ -65,8 +65,8 @@ func FuzzIndex(f *testing.F) {
 		if !ok || s.member == nil {
 			return // a per-pod mirror, or no member
 		}
-		if errs := validation.IsDNS1123Label(s.global.Name); len(errs) > 0 {
-			t.Fatalf("global name %q: %v", s.global.Name, errs)
+		if errs := validation.IsDNS1123Label(s.global); len(errs) > 0 {
+			t.Fatalf("global name %q: %v", s.global, errs)
 		}
 		if c := s.member.Cluster; !s.member.Local() && len(validation.IsDNS1123Label(c)) > 0 {
 			t.Fatalf("cluster %q", c)
@@ -82,8 +82,8 @@ func FuzzIndex(f *testing.F) {
 			}
 		}
 		mem := indextest.New()
-		mem.Add(s.global, s.member, sls...)
-		g := topo.Build(s.global, mem)
+		mem.Add(s.key(), s.member, sls...)
+		g := topo.Build(s.key(), mem)
 		if g == nil {
 			if s.member.Cluster != topo.Local {
 				t.Fatal("a member built no service")

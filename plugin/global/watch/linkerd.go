@@ -68,7 +68,7 @@ func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	if !ok {
 		return nil, index.Key{}
 	}
-	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Cluster: cluster, Ports: servicePorts(s)}
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s)}}
 	return m, index.Key{Namespace: s.Namespace, Name: name}
 }
 
@@ -97,7 +97,7 @@ func remoteName(s *corev1.Service, cluster string, p *problems) (string, bool) {
 			p.add(ReasonBadRemoteName, AnnotationRemoteFQName+" "+quote(fq)+" does not start with a Service name")
 			return "", false
 		}
-		return name, true
+		return strings.Clone(name), true // not the whole annotation, kept as long as the mirror
 	}
 	name, ok := strings.CutSuffix(s.Name, "-"+cluster)
 	if !ok || len(validation.IsDNS1123Label(name)) > 0 {
@@ -116,7 +116,7 @@ func localMember(s *corev1.Service) (*index.Member, index.Key) {
 	if s.Labels[LabelMirroredService] == "true" || s.Spec.ClusterIP != corev1.ClusterIPNone || len(validation.IsDNS1123Label(s.Name)) > 0 {
 		return nil, index.Key{}
 	}
-	return &index.Member{Namespace: s.Namespace, Name: s.Name, Ports: servicePorts(s)}, index.Key{Namespace: s.Namespace, Name: s.Name}
+	return &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s)}}, index.Key{Namespace: s.Namespace, Name: s.Name}
 }
 
 func servicePorts(s *corev1.Service) []index.Port {

@@ -26,8 +26,10 @@ import (
 type service struct {
 	meta
 	member *index.Member // nil: not a member of any global service
-	global index.Key
+	global string        // the global service's name, in the same namespace
 }
+
+func (s *service) key() index.Key { return index.Key{Namespace: s.namespace, Name: s.global} }
 
 // podMirror is one of Linkerd's per-pod mirrors (a ClusterIP Service): the headless mirror it
 // belongs to and its ClusterIP, the address of the record whose liveness it tells.
@@ -111,13 +113,13 @@ func transform(src source) func(any) (any, error) {
 			m := slimMeta(&o.ObjectMeta)
 			if src != fromMirror {
 				member, global := localMember(o)
-				return &service{meta: m, member: member, global: global}, nil
+				return &service{meta: m, member: member, global: global.Name}, nil
 			}
 			if root, ip := podMirrorOf(o, &p); root != "" {
 				return &podMirror{meta: m, root: root, ip: ip}, nil
 			}
 			member, global := mirrorMember(o, &p)
-			return &service{meta: m, member: member, global: global}, nil
+			return &service{meta: m, member: member, global: global.Name}, nil
 		case *discoveryv1.EndpointSlice:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
 			p := problems{kind: "EndpointSlice", meta: &o.ObjectMeta}
