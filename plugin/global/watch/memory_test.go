@@ -18,14 +18,20 @@ import (
 // index per record, for the scale bench's shape (test/bench/scale.go) without an API server: per
 // global service a local Service and 3 mirrors, 3 endpoints each, and a per-pod mirror (Service
 // and slice) per mirror record. make bench measures the same on the real control plane.
+//
+// live-B/record is the live heap after a full GC: what the tables hold, the same in every run.
+// inuse-B/record adds the free slots of the spans they occupy, which depend on when the GC ran
+// while the garbage of the conversion (the API objects) was interleaved with what is kept: for
+// the same live heap, about 440 B at GOGC=10, 500 at the default 100, 570 at 400.
 func BenchmarkMemoryPerRecord(b *testing.B) {
 	const services, endpoints = 10000, 3
 	clusters := []string{"", "west", "north", "south"}
+	client := fake.NewClientset() // never used: its type tables are not the watcher's
 	for range b.N {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		w, err := New(fake.NewClientset(), []string{"scale"}, DefaultExportSelector) // never run
+		w, err := New(client, []string{"scale"}, DefaultExportSelector) // never run
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -92,7 +98,8 @@ func BenchmarkMemoryPerRecord(b *testing.B) {
 		if n := ix.Snapshot().Len(); n != services {
 			b.Fatalf("%d global services", n)
 		}
-		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(records), "B/record")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(records), "live-B/record")
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(records), "inuse-B/record")
 
 		runtime.KeepAlive(w)
 		runtime.KeepAlive(ix)
