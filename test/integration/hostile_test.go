@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,6 +84,44 @@ func TestHostileClusterState(t *testing.T) {
 		eventuallyExpect(t, c, "nofq."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+nofq.ClusterIPs["nofq-0"])
 		if skipped("mirror_name_from_suffix") == "" || logged("nofq-west: no mirror.linkerd.io/remote-svc-fq-name annotation") != 1 {
 			t.Errorf("metric %q, log:\n%s", skipped("mirror_name_from_suffix"), c.Logs())
+		}
+		bystander()
+	})
+
+	t.Run("a bad object updated again and again is reported once", func(t *testing.T) {
+		number := func(v string) float64 { f, _ := strconv.ParseFloat(v, 64); return f }
+		withProblems := func() float64 { return number(metric(t, c, `coredns_global_objects_with_problems{kind="Service"}`)) }
+		counted, gauge := number(skipped("mirror_without_cluster_label")), withProblems()
+		rawMirror(t, ns, "rep-west", "", "rep."+ns+".svc.cluster.local", "10.99.9.1")
+		eventually(t, "the unlabelled mirror counted", func() error {
+			if n := number(skipped("mirror_without_cluster_label")) - counted; n != 1 || withProblems()-gauge != 1 {
+				return fmt.Errorf("counted %v, objects with problems %v", n, withProblems()-gauge)
+			}
+			return nil
+		})
+		services := client().CoreV1().Services(ns)
+		for i := range 5 {
+			s, err := services.Get(ctx, "rep-west", metav1.GetOptions{})
+			must(t, err)
+			s.Annotations["touched"] = strconv.Itoa(i)
+			_, err = services.Update(ctx, s, metav1.UpdateOptions{})
+			must(t, err)
+		}
+		// Fixed last: once it answers, the watch has seen every update before the fix.
+		s, err := services.Get(ctx, "rep-west", metav1.GetOptions{})
+		must(t, err)
+		s.Labels["mirror.linkerd.io/cluster-name"] = "west"
+		_, err = services.Update(ctx, s, metav1.UpdateOptions{})
+		must(t, err)
+		eventuallyExpect(t, c, "rep."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.99.9.1")
+		if n := number(skipped("mirror_without_cluster_label")) - counted; n != 1 {
+			t.Errorf("6 versions of one bad object counted %v times", n)
+		}
+		if n := logged(ns + "/rep-west: no mirror.linkerd.io/cluster-name label"); n != 1 {
+			t.Errorf("logged %d times", n)
+		}
+		if g := withProblems() - gauge; g != 0 {
+			t.Errorf("fixed, objects with problems %v", g)
 		}
 		bystander()
 	})

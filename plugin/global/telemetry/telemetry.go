@@ -67,6 +67,13 @@ var (
 		Name:      "skipped_total",
 		Help:      "Malformed or surprising Kubernetes objects (or parts of them) skipped or handled specially, by reason.",
 	}, []string{"reason"})
+	// ObjectsWithProblems counts the objects whose problems Skipped counted, while they last.
+	ObjectsWithProblems = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "objects_with_problems",
+		Help:      "Services and EndpointSlices watched now that have a problem counted in skipped_total, by kind.",
+	}, []string{"kind"})
 )
 
 // The EndpointSlice writer's metrics.

@@ -56,7 +56,7 @@ func FuzzIndex(f *testing.F) {
 		if isMirror {
 			src = fromMirror
 		}
-		tr := transform(src)
+		tr := transform(src, nil)
 		so, err := tr(&svc)
 		if err != nil {
 			t.Fatalf("transform failed: %v", err)

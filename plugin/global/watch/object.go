@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -101,14 +102,15 @@ const (
 	fromPodMirror               // the slices of Linkerd's per-pod mirrors: only their readiness counts
 )
 
-// transform returns the conversion of one source's objects. It must never fail (an error would
-// stall the reflector) and must be idempotent (objects streamed at start are converted twice).
-func transform(src source) func(any) (any, error) {
+// transform returns the conversion of one source's objects, reporting their problems to log. It
+// must never fail (an error would stall the reflector) and must be idempotent (objects streamed
+// at start are converted twice).
+func transform(src source, log *problemLog) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
-			p := problems{kind: "Service", meta: &o.ObjectMeta}
+			p := problems{log: log, meta: &o.ObjectMeta}
 			defer p.report()
 			m := slimMeta(&o.ObjectMeta)
 			if src != fromMirror {
@@ -122,7 +124,7 @@ func transform(src source) func(any) (any, error) {
 			return &service{meta: m, member: member, global: global.Name}, nil
 		case *discoveryv1.EndpointSlice:
 			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
-			p := problems{kind: "EndpointSlice", meta: &o.ObjectMeta}
+			p := problems{log: log, meta: &o.ObjectMeta}
 			defer p.report()
 			m, svc := slimMeta(&o.ObjectMeta), o.Labels[discoveryv1.LabelServiceName]
 			if svc == "" {
@@ -234,7 +236,7 @@ func quote(s string) string {
 // problems collects what is wrong with one object so it is reported as one log line, with one
 // metric increment per reason.
 type problems struct {
-	kind    string
+	log     *problemLog        // nil: report every time
 	meta    *metav1.ObjectMeta // of the object, named only if there is a problem
 	reasons []string
 	details []string // the first few, for the log line
@@ -255,15 +257,90 @@ func (p *problems) add(reason, detail string) {
 }
 
 func (p *problems) report() {
+	more := ""
+	if p.more > 0 {
+		more = fmt.Sprintf(" (and %d more)", p.more)
+	}
+	line := strings.Join(p.details, "; ") + more
 	if len(p.reasons) == 0 {
+		line = ""
+	}
+	if p.log != nil && !p.log.changed(p.meta.Namespace, p.meta.Name, line) {
+		return
+	}
+	if line == "" {
 		return
 	}
 	for _, r := range p.reasons {
 		telemetry.Skipped.WithLabelValues(r).Inc()
 	}
-	more := ""
-	if p.more > 0 {
-		more = fmt.Sprintf(" (and %d more)", p.more)
+	kind := "object"
+	if p.log != nil {
+		kind = p.log.kind
 	}
-	telemetry.Log.Warningf("%s %s/%s: %s%s", p.kind, p.meta.Namespace, p.meta.Name, strings.Join(p.details, "; "), more)
+	telemetry.Log.Warningf("%s %s/%s: %s", kind, p.meta.Namespace, p.meta.Name, line)
+}
+
+// problemLog remembers, per object of one table, the problems last reported, so an object is
+// logged and counted once per distinct set of problems, not again on every update and relist.
+// It holds only objects with problems.
+type problemLog struct {
+	kind string // Service or EndpointSlice
+	mu   sync.Mutex
+	last map[objectName]string // the log line last reported
+}
+
+type objectName struct{ namespace, name string }
+
+func newProblemLog(kind string) *problemLog {
+	return &problemLog{kind: kind, last: map[objectName]string{}}
+}
+
+// changed records line ("" for none) as the object's problems, reporting whether they differ
+// from the last ones.
+func (l *problemLog) changed(ns, name, line string) bool {
+	k := objectName{ns, name}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, had := l.last[k]
+	switch {
+	case line == "" && had:
+		delete(l.last, k)
+		telemetry.ObjectsWithProblems.WithLabelValues(l.kind).Dec()
+	case line != "" && !had:
+		telemetry.ObjectsWithProblems.WithLabelValues(l.kind).Inc()
+		fallthrough
+	case line != "":
+		l.last[k] = line
+	}
+	return line != prev
+}
+
+// forget drops a deleted object.
+func (l *problemLog) forget(ns, name string) { l.changed(ns, name, "") }
+
+// retain forgets every object a relist did not list.
+func (l *problemLog) retain(objs []object) {
+	l.mu.Lock()
+	n := len(l.last)
+	l.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	listed := make(map[objectName]bool, len(objs))
+	for _, o := range objs {
+		m := o.objectMeta()
+		listed[objectName{m.namespace, m.name}] = true
+	}
+	l.mu.Lock()
+	var gone []objectName
+	for k := range l.last {
+		if !listed[k] {
+			gone = append(gone, k)
+		}
+	}
+	l.mu.Unlock()
+	for _, k := range gone {
+		l.forget(k.namespace, k.name)
+	}
 }

@@ -153,7 +153,7 @@ func TestDashed(t *testing.T) {
 }
 
 func TestTransformIsIdempotentAndNeverFails(t *testing.T) {
-	tr := transform(fromMirror)
+	tr := transform(fromMirror, nil)
 	obj, err := tr(mirrorService("foo-west", nil))
 	if err != nil {
 		t.Fatal(err)

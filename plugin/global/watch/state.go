@@ -28,6 +28,7 @@ type table struct {
 	kind      kind
 	src       source
 	transform func(any) (any, error)
+	problems  *problemLog   // what transform reported, per object
 	synced    chan struct{} // closed by the first Replace: the initial list
 	once      sync.Once
 }
@@ -62,6 +63,7 @@ func (t *table) Delete(obj any) error {
 	if o, ok := t.convert(obj); ok {
 		m := o.objectMeta()
 		t.state.apply(t, nil, []objectRef{{m.namespace, t.key(m.name)}})
+		t.problems.forget(m.namespace, m.name)
 	}
 	return nil
 }
@@ -76,6 +78,7 @@ func (t *table) Replace(list []any, _ string) error {
 		}
 	}
 	t.state.replace(t, objs)
+	t.problems.retain(objs)
 	t.once.Do(func() { close(t.synced) })
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -147,5 +149,62 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A bad object is logged and counted once however often it is updated or relisted, again when
+// its problems change, and the gauge follows the objects that have problems while they last.
+func TestProblemsReportedOncePerObject(t *testing.T) {
+	w, err := New(fake.NewClientset(), []string{"db"}, DefaultExportSelector) // never run
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, _, _ := tables(w, "db")
+	counted := func(reason string) float64 { return testutil.ToFloat64(telemetry.Skipped.WithLabelValues(reason)) }
+	gauge := func() float64 { return testutil.ToFloat64(telemetry.ObjectsWithProblems.WithLabelValues("Service")) }
+	noLabel, badName := counted(ReasonNoClusterLabel), counted(ReasonBadClusterName)
+	startGauge := gauge()
+	unlabelled := func(version string) *corev1.Service {
+		return mirrorService("foo-west", func(s *corev1.Service) {
+			delete(s.Labels, LabelClusterName)
+			s.ResourceVersion = version
+		})
+	}
+
+	for v := range 5 {
+		must(t, services.Update(unlabelled(fmt.Sprint(v+1))))
+	}
+	must(t, services.Replace([]any{unlabelled("6")}, "6"))
+	if n := counted(ReasonNoClusterLabel) - noLabel; n != 1 {
+		t.Errorf("5 updates and a relist of one bad object counted %v times", n)
+	}
+	if g := gauge() - startGauge; g != 1 {
+		t.Errorf("objects with problems: %v", g)
+	}
+
+	// Another problem is reported; fixing it clears the gauge.
+	must(t, services.Update(mirrorService("foo-west", func(s *corev1.Service) { s.Labels[LabelClusterName] = "a.b" })))
+	if n := counted(ReasonBadClusterName) - badName; n != 1 {
+		t.Errorf("a new problem counted %v times", n)
+	}
+	must(t, services.Update(mirrorService("foo-west", nil)))
+	if g := gauge() - startGauge; g != 0 {
+		t.Errorf("fixed, objects with problems: %v", g)
+	}
+
+	// Broken again: reported again; then gone from a relist: forgotten.
+	must(t, services.Update(unlabelled("9")))
+	if n := counted(ReasonNoClusterLabel) - noLabel; n != 2 {
+		t.Errorf("broken again: counted %v times in all", n)
+	}
+	must(t, services.Replace(nil, "10"))
+	if g := gauge() - startGauge; g != 0 {
+		t.Errorf("relisted without it, objects with problems: %v", g)
+	}
+	// And a deleted one too.
+	must(t, services.Update(unlabelled("11")))
+	must(t, services.Delete(unlabelled("11")))
+	if g := gauge() - startGauge; g != 0 {
+		t.Errorf("deleted, objects with problems: %v", g)
 	}
 }

@@ -76,11 +76,12 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 			{services(exportSelector), kindService, fromLocal, "local Services"},
 			{endpointSlices(exportSelector), kindSlice, fromLocal, "local EndpointSlices"},
 		} {
-			t := &table{state: w.state, namespace: ns, kind: r.kind, src: r.src, transform: transform(r.src), synced: make(chan struct{})}
 			var example runtime.Object = &corev1.Service{}
+			log := newProblemLog("Service")
 			if r.kind == kindSlice {
-				example = &discoveryv1.EndpointSlice{}
+				example, log = &discoveryv1.EndpointSlice{}, newProblemLog("EndpointSlice")
 			}
+			t := &table{state: w.state, namespace: ns, kind: r.kind, src: r.src, transform: transform(r.src, log), problems: log, synced: make(chan struct{})}
 			name := "global " + r.name
 			if ns != metav1.NamespaceAll {
 				name += " in " + ns
