@@ -20,6 +20,7 @@ func (discard) WriteMsg(*dns.Msg) error { return nil }
 // BenchmarkServeDNS measures the query path of every name form, so regressions show as allocs/op.
 func BenchmarkServeDNS(b *testing.B) {
 	g := newGlobal(b, source())
+	g.rotate = true // the default
 	for _, q := range []struct {
 		name, qname string
 		qtype       uint16

@@ -9,6 +9,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -30,6 +31,8 @@ type Global struct {
 	Fall  fall.F
 
 	ttl              uint32
+	rotate           bool     // rotate addresses within each tier
+	explain          bool     // answer CH TXT with the explanation of a name
 	preferNamespaces []string // order in which short names pick a namespace
 	startupTimeout   time.Duration
 	nsAddrs          []netip.Addr // the addresses ns1.dns.<zone> answers with
@@ -41,6 +44,8 @@ type Global struct {
 	writer         *writer.Writer
 	election       writer.Election
 	electionClient kubernetes.Interface
+	identity       string                 // this replica's in the election
+	leader         atomic.Pointer[string] // the writer's last known leader
 
 	cancel   context.CancelFunc // stops the watcher, the index and the writer's informers
 	campaign context.CancelFunc // ends the campaign for the lease, releasing it
@@ -69,13 +74,15 @@ func (g *Global) OnStartup() error {
 		}
 	}()
 	if g.writer != nil {
+		g.identity = writer.Identity()
 		g.writer.Start(ctx)
 		var campaign context.Context
 		campaign, g.campaign = context.WithCancel(ctx)
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			writer.Campaign(campaign, g.electionClient, g.election, writer.Identity(), g.writer.Run)
+			writer.Campaign(campaign, g.electionClient, g.election, g.identity, g.writer.Run,
+				func(leader string) { g.leader.Store(&leader) })
 		}()
 	}
 

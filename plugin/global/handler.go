@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -27,8 +28,13 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
 	snap := g.index.Snapshot()
+	chaos := state.QClass() == dns.ClassCHAOS && g.explain
 
 	switch n := parseName(qname, zone); {
+	case state.QClass() != dns.ClassINET && !chaos:
+		// What the server answers when no plugin opens other classes.
+		m.Authoritative = false
+		m.Rcode = dns.RcodeRefused
 	case r.Opcode != dns.OpcodeQuery:
 		// The server passes NOTIFY on to plugins; there is nothing to notify us of.
 		m.Authoritative = false
@@ -37,6 +43,8 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		// Zone transfers are not offered: the zone is computed, not stored.
 		m.Authoritative = false
 		m.Rcode = dns.RcodeRefused
+	case chaos:
+		g.explainName(state, m, snap, n)
 	case n.kind == kindApex:
 		g.apex(state, m, snap)
 	case n.kind == kindNameserver:
@@ -62,38 +70,18 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 // answer fills m for a name below the apex.
 func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) {
 	qtype := state.QType()
-	svc, ok := g.service(state, m, snap, n)
+	svc, view, ok := g.find(state, m, snap, n)
 	if !ok { // ambiguous short name: m holds the refusal
 		return
 	}
-	var view index.View
-	if svc != nil {
-		switch {
-		case n.host != "":
-			view, _ = svc.Host(n.cluster, n.host)
-		case n.cluster != "":
-			view, _ = svc.Cluster(n.cluster)
-		default:
-			view = svc.All()
-		}
-	}
 
 	switch {
-	case view.Empty():
-		// Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints; so do
-		// we. A one-label name may still be an empty non-terminal: a namespace with global
-		// services, or dns.<zone> above the nameserver's name.
-		if n.kind == kindService && n.short && (n.svc == "dns" || snap.HasNamespace(n.svc)) {
-			break
-		}
+	case !exists(snap, n, view):
 		m.Rcode = dns.RcodeNameError
-	case n.kind == kindProto:
+	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
 	case n.kind == kindSRV:
-		srv, extra := g.srv(state.QName(), state.Zone, svc.Key, view, n.port, n.proto)
-		if len(srv) == 0 {
-			m.Rcode = dns.RcodeNameError
-		} else if qtype == dns.TypeSRV {
-			m.Answer, m.Extra = srv, extra
+		if qtype == dns.TypeSRV {
+			m.Answer, m.Extra = g.srv(state.QName(), state.Zone, svc.Key, view, n.port, n.proto)
 		}
 	case qtype == dns.TypeA:
 		m.Answer = g.addrs(state.QName(), view.A)
@@ -108,6 +96,49 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
 	}
+}
+
+// find returns the global service name n refers to (nil when there is none) and the view of it
+// that n names; ok is false when n is an ambiguous short name, refused in m.
+func (g *Global) find(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (svc *index.Service, view index.View, ok bool) {
+	if svc, ok = g.service(state, m, snap, n); !ok || svc == nil {
+		return svc, view, ok
+	}
+	switch {
+	case n.host != "":
+		view, _ = svc.Host(n.cluster, n.host)
+	case n.cluster != "":
+		view, _ = svc.Cluster(n.cluster)
+	default:
+		view = svc.All()
+	}
+	return svc, view, true
+}
+
+// exists reports whether name n, whose view is view, exists. As in RFC 8020, nothing exists below
+// a name that does not: a name exists when it answers, or when it is an empty non-terminal above
+// one that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints;
+// so does this plugin, and so for everything below it. A one-label name may be a namespace with a
+// global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
+// when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
+func exists(snap *index.Snapshot, n name, view index.View) bool {
+	switch {
+	case view.Empty():
+		return n.kind == kindService && n.short && (n.svc == "dns" || snap.HasNamespace(n.svc))
+	case n.kind == kindProto, n.kind == kindSRV:
+		for t := range view.Targets() {
+			if slices.ContainsFunc(t.Ports, func(p index.Port) bool { return portMatches(p, n.port, n.proto) }) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// portMatches reports whether p is port name port ("" for any) of protocol proto ("" for any).
+func portMatches(p index.Port, port, proto string) bool {
+	return (port == "" || p.Name == port) && (proto == "" || strings.EqualFold(p.Protocol, proto))
 }
 
 // service finds the global service a name refers to: nil when there is none. A short name that

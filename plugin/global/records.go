@@ -1,9 +1,9 @@
 package global
 
 import (
+	"math/rand/v2"
 	"net"
 	"net/netip"
-	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
 
@@ -27,14 +27,27 @@ func (g *Global) soa(zone string, snap *index.Snapshot) *dns.SOA {
 	}
 }
 
-// addrs returns one A or AAAA record per record, in the index's (tier) order.
+// addrs returns one A or AAAA record per record, in the index's (tier) order, each tier rotated
+// by a random offset unless rotation is off: naive clients dial the first address, and the
+// loadbalance plugin would shuffle the tiers away.
 func (g *Global) addrs(owner string, rs []index.Record) []dns.RR {
 	if len(rs) == 0 {
 		return nil
 	}
 	out := make([]dns.RR, len(rs))
-	for i := range rs {
-		out[i] = g.addr(owner, rs[i].Addr)
+	off := 0
+	if g.rotate && len(rs) > 1 {
+		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
+	}
+	for i := 0; i < len(rs); {
+		j := i + 1
+		for j < len(rs) && rs[j].Tier == rs[i].Tier {
+			j++
+		}
+		for k, n := 0, j-i; k < n; k++ {
+			out[i+k] = g.addr(owner, rs[i+(k+off)%n].Addr)
+		}
+		i = j
 	}
 	return out
 }
@@ -49,9 +62,7 @@ func (g *Global) addr(owner string, a netip.Addr) dns.RR {
 // srv returns one SRV record per target and port matching port/proto ("" matches any), and the
 // targets' addresses as glue. Priority is the tier; targets of one tier share the weight equally.
 func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port, proto string) (answer, extra []dns.RR) {
-	match := func(p index.Port) bool {
-		return (port == "" || p.Name == port) && (proto == "" || strings.EqualFold(p.Protocol, proto))
-	}
+	match := func(p index.Port) bool { return portMatches(p, port, proto) }
 	var perTier [256]int
 	for t := range v.Targets() {
 		for _, p := range t.Ports {

@@ -27,7 +27,12 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 )
 
-func init() { plugin.Register(telemetry.Plugin, setup) }
+func init() {
+	plugin.Register(telemetry.Plugin, setup)
+	// CoreDNS refuses every class but IN unless a plugin of the server block is listed here; the
+	// explanations are CH TXT. ServeDNS refuses other classes itself (and CH with explain off).
+	dnsserver.EnableChaos[telemetry.Plugin] = struct{}{}
+}
 
 // Defaults.
 const (
@@ -157,6 +162,17 @@ func parse(c *caddy.Controller) (*config, error) {
 	return cfg, nil
 }
 
+// onOff parses an option that takes on (also no argument) or off.
+func onOff(c *caddy.Controller, opt string, args []string) (bool, error) {
+	switch {
+	case len(args) == 0, len(args) == 1 && args[0] == "on":
+		return true, nil
+	case len(args) == 1 && args[0] == "off":
+		return false, nil
+	}
+	return false, c.Errf("%s takes on or off, not %q", opt, strings.Join(args, " "))
+}
+
 func parseStanza(c *caddy.Controller) (*config, error) {
 	zones, err := parseZones(c, c.RemainingArgs())
 	if err != nil {
@@ -176,7 +192,7 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			Namespace: writer.DefaultLeaseNamespace(), Name: writer.DefaultLeaseName,
 			Duration: writer.DefaultLeaseDuration, RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
 		},
-		g: &Global{},
+		g: &Global{rotate: true, explain: true},
 	}
 	seen := map[string]bool{}
 	for c.NextBlock() {
@@ -238,14 +254,11 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 				return nil, c.Errf("export_selector %q: %v", cfg.exportSelector, perr)
 			}
 		case "endpointslices":
-			switch {
-			case len(args) == 0, len(args) == 1 && args[0] == "on":
-				cfg.write = true
-			case len(args) == 1 && args[0] == "off":
-				cfg.write = false
-			default:
-				return nil, c.Errf("endpointslices takes on or off, not %q", strings.Join(args, " "))
-			}
+			cfg.write, err = onOff(c, opt, args)
+		case "rotate":
+			cfg.g.rotate, err = onOff(c, opt, args)
+		case "explain":
+			cfg.g.explain, err = onOff(c, opt, args)
 		case "endpointslice_size":
 			if len(args) != 1 {
 				return nil, c.ArgErr()

@@ -50,6 +50,12 @@ func TestParse(t *testing.T) {
 	if cfg, err = parse(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || cfg.write {
 		t.Errorf("endpointslices off: write %v, %v", cfg.write, err)
 	}
+	if cfg, err = parse(caddy.NewTestController("dns", "global")); err != nil || !cfg.g.rotate || !cfg.g.explain {
+		t.Errorf("defaults: rotate %v explain %v, %v", cfg.g.rotate, cfg.g.explain, err)
+	}
+	if cfg, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || cfg.g.rotate || cfg.g.explain {
+		t.Errorf("rotate off, explain off: %v %v, %v", cfg.g.rotate, cfg.g.explain, err)
+	}
 
 	cfg, err = parse(caddy.NewTestController("dns", `global global. mesh.example {
 		kubeconfig /etc/kube.conf east-ctx
@@ -133,6 +139,8 @@ func TestParseErrors(t *testing.T) {
 		{"global \"" + strings.Repeat("0", 64) + "\"", "is not a domain name"}, // found by FuzzParse
 		{"global\nglobal", "this plugin can only be used once per Server Block"},
 		{"global {\n endpointslices maybe\n}", `endpointslices takes on or off, not "maybe"`},
+		{"global {\n rotate sometimes\n}", `rotate takes on or off, not "sometimes"`},
+		{"global {\n explain on off\n}", `explain takes on or off, not "on off"`},
 		{"global {\n endpointslice_size 0\n}", "endpointslice_size must be an integer in [1, 1000]"},
 		{"global {\n endpointslice_size 1001\n}", "endpointslice_size must be an integer in [1, 1000]"},
 		{"global {\n service_suffix _x\n}", `service_suffix "_x" cannot end a Service name`},

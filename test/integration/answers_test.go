@@ -173,6 +173,33 @@ func TestBigAnswer(t *testing.T) {
 		}
 		t.Logf("buffer %d: %d records over UDP", size, len(r.Answer))
 	}
+
+	// Rotated (the default), a truncated answer still holds the nearest tier first, all of it.
+	rotating := harness.StartCoreDNS(t, cp, strings.Replace(fmt.Sprintf(corefile, ns), "        rotate off\n", "", 1))
+	eventually(t, "all 200 records over TCP, rotating", func() error {
+		if n := len(ask(t, rotating, "tcp", qname, dns.TypeA).Answer); n != 200 {
+			return fmt.Errorf("%d records", n)
+		}
+		return nil
+	})
+	for range 10 {
+		m := new(dns.Msg)
+		m.SetQuestion(qname, dns.TypeA)
+		m.SetEdns0(1232, false)
+		r := rotating.Exchange(t, m, "udp")
+		if !r.Truncated || len(r.Answer) <= len(local) {
+			t.Fatalf("rotating, buffer 1232: TC=%v with %d records", r.Truncated, len(r.Answer))
+		}
+		last := 0
+		for i, rr := range r.Answer {
+			ip := rr.(*dns.A).A.String()
+			if tier := tiers[ip]; tier < last || (i < len(local)) != local[ip] {
+				t.Fatalf("rotating, buffer 1232: record %d (%s, tier %d) out of tier order: %q", i, ip, tier, render(r.Answer))
+			} else {
+				last = tier
+			}
+		}
+	}
 }
 
 // TestNotSynced: with an API that never answers, names in the zone are SERVFAIL (never NXDOMAIN),

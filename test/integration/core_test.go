@@ -11,13 +11,15 @@ import (
 )
 
 // corefile is the Corefile template the DNS tests run: this cluster is east, in us-east-1a. It
-// writes nothing (the writer has tests of its own), so DNS tests never wait on a lease.
+// writes nothing (the writer has tests of its own), so DNS tests never wait on a lease, and does
+// not rotate, so answers compare in order (rotation has tests of its own).
 const corefile = `global:{{.Port}} {
     bind 127.0.0.1
     global {
         kubeconfig {{.Kubeconfig}}
         namespaces %s
         endpointslices off
+        rotate off
         cluster east
         locality east zone=us-east-1a region=us-east-1
         locality south zone=us-east-1a region=us-east-1

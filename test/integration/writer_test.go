@@ -30,6 +30,7 @@ const writerCorefile = `global:{{.Port}} {
     global {
         kubeconfig {{.Kubeconfig}}
         namespaces %[1]s
+        rotate off
         lease %[1]s writer
         cluster east
         locality east zone=us-east-1a region=us-east-1

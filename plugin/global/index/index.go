@@ -16,9 +16,11 @@ import (
 type Snapshot struct {
 	services   map[Key]*Service
 	names      map[string][]string // service name -> namespaces that have it, sorted
-	namespaces map[string]int      // namespace -> number of global services in it
+	namespaces map[string]int      // namespace -> number of global services in it that answer
 	// Serial changes whenever the snapshot does (seconds since the epoch, strictly increasing).
 	Serial uint32
+	// Published is when the snapshot replaced the previous one.
+	Published time.Time
 }
 
 // Service returns the global service k, or nil.
@@ -27,7 +29,8 @@ func (s *Snapshot) Service(k Key) *Service { return s.services[k] }
 // Namespaces returns the namespaces, sorted, that have a global service called name.
 func (s *Snapshot) Namespaces(name string) []string { return s.names[name] }
 
-// HasNamespace reports whether namespace ns has at least one global service.
+// HasNamespace reports whether namespace ns has at least one global service that answers (has a
+// ready record): <ns>.<zone> exists only then (RFC 8020: nothing below a name that does not exist).
 func (s *Snapshot) HasNamespace(ns string) bool { return s.namespaces[ns] > 0 }
 
 // Len returns the number of global services.
@@ -62,6 +65,9 @@ func New(topo *Topology, src Source) *Index {
 	ix.snap.Store(&Snapshot{services: map[Key]*Service{}, names: map[string][]string{}, namespaces: map[string]int{}})
 	return ix
 }
+
+// Topology returns the topology the index ranks clusters by.
+func (ix *Index) Topology() *Topology { return ix.topo }
 
 // Snapshot returns the current snapshot.
 func (ix *Index) Snapshot() *Snapshot { return ix.snap.Load() }
@@ -145,6 +151,7 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 		names:      maps.Clone(old.names),
 		namespaces: maps.Clone(old.namespaces),
 		Serial:     max(old.Serial+1, uint32(time.Now().Unix())),
+		Published:  time.Now(),
 	}
 	changed := make([]Key, 0, len(dirty))
 	for k := range dirty {
@@ -181,17 +188,18 @@ func (s *Snapshot) set(k Key, prev, svc *Service) {
 		if len(s.names[k.Name]) == 0 {
 			delete(s.names, k.Name)
 		}
-		if s.namespaces[k.Namespace]--; s.namespaces[k.Namespace] <= 0 {
-			delete(s.namespaces, k.Namespace)
-		}
 	case prev == nil:
 		s.services[k] = svc
 		ns := slices.Clone(s.names[k.Name])
 		i, _ := slices.BinarySearch(ns, k.Namespace)
 		s.names[k.Name] = slices.Insert(ns, i, k.Namespace)
-		s.namespaces[k.Namespace]++
 	default:
 		s.services[k] = svc
+	}
+	if d := svc.answers() - prev.answers(); d != 0 {
+		if s.namespaces[k.Namespace] += d; s.namespaces[k.Namespace] <= 0 {
+			delete(s.namespaces, k.Namespace)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Service is one global service as published in a Snapshot. It is immutable: a change builds a new one.
@@ -21,6 +22,18 @@ type Service struct {
 
 	v4, ready int          // Records[:v4] are the ready IPv4 records, Records[v4:ready] the IPv6 ones
 	clusters  []clusterRun // where each member cluster's ready records are
+	built     int64        // when it was built, in Unix nanoseconds
+}
+
+// Built returns when the service was built: the last change of any of its objects.
+func (s *Service) Built() time.Time { return time.Unix(0, s.built) }
+
+// answers is 1 when s has a ready record, else 0 (also for nil).
+func (s *Service) answers() int {
+	if s == nil || s.ready == 0 {
+		return 0
+	}
+	return 1
 }
 
 // clusterRun locates one cluster's ready records: Records[a[0]:a[1]] (IPv4), Records[aaaa[0]:aaaa[1]].
@@ -83,7 +96,7 @@ func (t *Topology) Build(k Key, src Source) *Service {
 	if len(members) == 0 {
 		return nil
 	}
-	s := &Service{Key: k}
+	s := &Service{Key: k, built: time.Now().UnixNano()}
 	s.Members = t.acceptMembers(members, &s.Warnings)
 	if len(s.Members) == 0 {
 		return nil

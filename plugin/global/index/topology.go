@@ -20,16 +20,34 @@ type Topology struct {
 
 // Tier returns the tier of cluster.
 func (t *Topology) Tier(cluster string) uint8 {
+	tier, _ := t.rank(cluster)
+	return tier
+}
+
+// Why names what decided cluster's tier: "local", "<key>:<value>" for the first preference key
+// whose value it shares with this cluster (zone and region for the well-known keys), or "none".
+func (t *Topology) Why(cluster string) string {
+	_, why := t.rank(cluster)
+	return why
+}
+
+func (t *Topology) rank(cluster string) (uint8, string) {
 	if cluster == t.Local {
-		return 0
+		return 0, "local"
 	}
 	here, there := t.Locality[t.Local], t.Locality[cluster]
 	for i, k := range t.Keys {
 		if v := here[k]; v != "" && there[k] == v {
-			return uint8(i + 1)
+			switch k {
+			case ZoneKey:
+				k = "zone"
+			case RegionKey:
+				k = "region"
+			}
+			return uint8(i + 1), k + ":" + v
 		}
 	}
-	return uint8(len(t.Keys) + 1)
+	return uint8(len(t.Keys) + 1), "none"
 }
 
 // Zone returns the zone locality of cluster, "" when unknown.

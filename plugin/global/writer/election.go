@@ -56,8 +56,8 @@ func Identity() string {
 // Campaign runs for the Lease until ctx is done: each time it is acquired, lead runs until it is
 // lost; then it campaigns again. Only the writer waits on the lease; DNS never does. With
 // ReleaseOnCancel the lease is handed back when ctx ends, for a fast handover: stop writing
-// (Writer.Close) before cancelling ctx.
-func Campaign(ctx context.Context, client kubernetes.Interface, e Election, identity string, lead func(context.Context)) {
+// (Writer.Close) before cancelling ctx. observe, if not nil, is told each leader's identity.
+func Campaign(ctx context.Context, client kubernetes.Interface, e Election, identity string, lead func(context.Context), observe func(leader string)) {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name},
 		Client:     client.CoordinationV1(),
@@ -78,6 +78,7 @@ func Campaign(ctx context.Context, client kubernetes.Interface, e Election, iden
 					lead(ctx)
 				},
 				OnStoppedLeading: func() { telemetry.Leader.Set(0) },
+				OnNewLeader:      observe,
 			},
 		})
 		if err != nil { // the Corefile's timings were checked at parse time
