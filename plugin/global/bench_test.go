@@ -46,32 +46,36 @@ func BenchmarkServeDNS(b *testing.B) {
 	}
 }
 
-// BenchmarkPublish measures one index update (a global service of 3 clusters x 3 endpoints
-// rebuilt and published) among 10,000 global services.
+// BenchmarkPublish is one index update (one global service rebuilt, a snapshot published) among
+// N global services: the snapshot is sharded, so the cost should not grow with N.
 func BenchmarkPublish(b *testing.B) {
-	src := indextest.New()
-	ix := index.New(indextest.Topology(), src)
-	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
-	var keys []index.Key
-	for i := range 10000 {
-		k := index.Key{Namespace: "db", Name: fmt.Sprintf("s%d", i)}
-		for c, cluster := range []string{"", "west", "north"} {
-			var eps []index.Endpoint
-			for e := range 3 {
-				eps = append(eps, indextest.Endpoint(fmt.Sprintf("p-%d", e), fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250)))
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			src := indextest.New()
+			ix := index.New(indextest.Topology(), src)
+			ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+			var keys []index.Key
+			for i := range n {
+				k := index.Key{Namespace: "db", Name: fmt.Sprintf("s%d", i)}
+				for c, cluster := range []string{"", "west", "north"} {
+					var eps []index.Endpoint
+					for e := range 3 {
+						eps = append(eps, indextest.Endpoint(fmt.Sprintf("p-%d", e), fmt.Sprintf("10.%d.%d.%d", c*10+e, i/250%250, i%250)))
+					}
+					src.Add(k, &index.Member{Namespace: "db", Name: k.Name + "-" + cluster, Origin: index.Origin{Cluster: cluster, Ports: ports}}, indextest.Slice(ports, eps...))
+				}
+				keys = append(keys, k)
+				ix.Changed(k)
 			}
-			src.Add(k, &index.Member{Namespace: "db", Name: k.Name + "-" + cluster, Origin: index.Origin{Cluster: cluster, Ports: ports}}, indextest.Slice(ports, eps...))
-		}
-		keys = append(keys, k)
-		ix.Changed(k)
-	}
-	ix.Start()
-	ix.Publish()
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		ix.Changed(keys[i%len(keys)])
-		ix.Publish()
-		i++
+			ix.Start()
+			ix.Publish()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				ix.Changed(keys[i%len(keys)])
+				ix.Publish()
+				i++
+			}
+		})
 	}
 }

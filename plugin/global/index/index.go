@@ -2,6 +2,7 @@ package index
 
 import (
 	"context"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"sync"
@@ -12,32 +13,82 @@ import (
 )
 
 // Snapshot is an immutable view of every global service. Readers load it once per query and
-// never lock.
+// never lock. Its services are sharded by name in a two-level tree, so that publishing a change
+// copies a branch of pointers and one shard of about N/1024 services, not every service: up to
+// hundreds of thousands of global services, the cost of a change does not grow with their number.
 type Snapshot struct {
-	services   map[Key]*Service
-	names      map[string][]string // service name -> namespaces that have it, sorted
-	namespaces map[string]int      // namespace -> number of global services in it that answer
+	branches   [fanout]*branch
+	len        int            // global services
+	namespaces map[string]int // namespace -> number of global services in it that answer
 	// Serial changes whenever the snapshot does (seconds since the epoch, strictly increasing).
 	Serial uint32
 	// Published is when the snapshot replaced the previous one.
 	Published time.Time
 }
 
+// fanout is the width of each level: fanout² = 1,024 shards, about 100 services each at 100,000
+// (more would cost memory at 10,000: each shard has two maps).
+const fanout = 32
+
+type branch [fanout]*shard
+
+// shard holds the global services whose names hash to it.
+type shard struct {
+	services map[Key]*Service
+	names    map[string][]string // service name -> namespaces that have it, sorted
+}
+
+var shardSeed = maphash.MakeSeed()
+
+// shardOf returns where the services called name are: branch i, shard j.
+func shardOf(name string) (i, j uint64) {
+	h := maphash.String(shardSeed, name)
+	return h % fanout, h / fanout % fanout
+}
+
+func (s *Snapshot) shard(name string) *shard {
+	i, j := shardOf(name)
+	return s.branches[i][j]
+}
+
 // Service returns the global service k, or nil.
-func (s *Snapshot) Service(k Key) *Service { return s.services[k] }
+func (s *Snapshot) Service(k Key) *Service { return s.shard(k.Name).services[k] }
 
 // Namespaces returns the namespaces, sorted, that have a global service called name.
-func (s *Snapshot) Namespaces(name string) []string { return s.names[name] }
+func (s *Snapshot) Namespaces(name string) []string { return s.shard(name).names[name] }
 
 // HasNamespace reports whether namespace ns has at least one global service that answers (has a
 // ready record): <ns>.<zone> exists only then (RFC 8020: nothing below a name that does not exist).
 func (s *Snapshot) HasNamespace(ns string) bool { return s.namespaces[ns] > 0 }
 
 // Len returns the number of global services.
-func (s *Snapshot) Len() int { return len(s.services) }
+func (s *Snapshot) Len() int { return s.len }
 
 // Keys returns every global service's key, in no particular order.
-func (s *Snapshot) Keys() []Key { return slices.Collect(maps.Keys(s.services)) }
+func (s *Snapshot) Keys() []Key {
+	out := make([]Key, 0, s.len)
+	for _, b := range s.branches {
+		for _, sh := range b {
+			for k := range sh.services {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+func emptySnapshot() *Snapshot {
+	s := &Snapshot{namespaces: map[string]int{}}
+	empty := &shard{services: map[Key]*Service{}, names: map[string][]string{}} // copied before any change
+	for i := range s.branches {
+		b := &branch{}
+		for j := range b {
+			b[j] = empty
+		}
+		s.branches[i] = b
+	}
+	return s
+}
 
 // Index maintains the Snapshot. Watch events mark global services dirty with Changed; one
 // publisher rebuilds the dirty ones from the Source and swaps in a new snapshot. Events that arrive
@@ -62,7 +113,7 @@ type Index struct {
 // New returns an empty index that builds global services from src, ranked by topo.
 func New(topo *Topology, src Source) *Index {
 	ix := &Index{topo: topo, src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), synced: make(chan struct{}), records: newHealth(topo)}
-	ix.snap.Store(&Snapshot{services: map[Key]*Service{}, names: map[string][]string{}, namespaces: map[string]int{}})
+	ix.snap.Store(emptySnapshot())
 	return ix
 }
 
@@ -147,19 +198,32 @@ func (ix *Index) Publish() {
 func (ix *Index) publish(dirty map[Key]time.Time) {
 	old := ix.snap.Load()
 	next := &Snapshot{
-		services:   maps.Clone(old.services),
-		names:      maps.Clone(old.names),
+		branches:   old.branches, // shared until changed
+		len:        old.len,
 		namespaces: maps.Clone(old.namespaces),
 		Serial:     max(old.Serial+1, uint32(time.Now().Unix())),
 		Published:  time.Now(),
 	}
+	var copiedBranch [fanout]bool
+	copiedShard := map[[2]uint64]bool{}
 	changed := make([]Key, 0, len(dirty))
 	for k := range dirty {
-		prev, svc := old.services[k], ix.topo.Build(k, ix.src)
+		prev, svc := old.Service(k), ix.topo.Build(k, ix.src)
 		if prev == nil && svc == nil {
 			continue
 		}
 		changed = append(changed, k)
+		// Copy on write: the branch and the shard this publication changes, once each.
+		i, j := shardOf(k.Name)
+		if !copiedBranch[i] {
+			b := *next.branches[i]
+			next.branches[i], copiedBranch[i] = &b, true
+		}
+		if !copiedShard[[2]uint64{i, j}] {
+			sh := next.branches[i][j]
+			next.branches[i][j] = &shard{services: maps.Clone(sh.services), names: maps.Clone(sh.names)}
+			copiedShard[[2]uint64{i, j}] = true
+		}
 		next.set(k, prev, svc)
 		ix.account(prev, svc)
 	}
@@ -170,7 +234,7 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 	for _, t := range dirty {
 		telemetry.ProgrammingDuration.Observe(now.Sub(t).Seconds())
 	}
-	telemetry.Services.Set(float64(len(next.services)))
+	telemetry.Services.Set(float64(next.len))
 	for _, k := range changed {
 		for _, f := range ix.subs {
 			f(k)
@@ -178,23 +242,27 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 	}
 }
 
-// set replaces prev with svc (nil: removed) under k in the maps s got from maps.Clone; the
-// slices in names are shared with older snapshots, so they are copied before they change.
+// set replaces prev with svc (nil: removed) under k, in a shard and namespaces map s copied for
+// this change; the slices in names are shared with older snapshots, so they are copied before
+// they change.
 func (s *Snapshot) set(k Key, prev, svc *Service) {
+	sh := s.shard(k.Name)
 	switch {
 	case svc == nil:
-		delete(s.services, k)
-		s.names[k.Name] = slices.DeleteFunc(slices.Clone(s.names[k.Name]), func(ns string) bool { return ns == k.Namespace })
-		if len(s.names[k.Name]) == 0 {
-			delete(s.names, k.Name)
+		s.len--
+		delete(sh.services, k)
+		sh.names[k.Name] = slices.DeleteFunc(slices.Clone(sh.names[k.Name]), func(ns string) bool { return ns == k.Namespace })
+		if len(sh.names[k.Name]) == 0 {
+			delete(sh.names, k.Name)
 		}
 	case prev == nil:
-		s.services[k] = svc
-		ns := slices.Clone(s.names[k.Name])
+		s.len++
+		sh.services[k] = svc
+		ns := slices.Clone(sh.names[k.Name])
 		i, _ := slices.BinarySearch(ns, k.Namespace)
-		s.names[k.Name] = slices.Insert(ns, i, k.Namespace)
+		sh.names[k.Name] = slices.Insert(ns, i, k.Namespace)
 	default:
-		s.services[k] = svc
+		sh.services[k] = svc
 	}
 	if d := svc.answers() - prev.answers(); d != 0 {
 		if s.namespaces[k.Namespace] += d; s.namespaces[k.Namespace] <= 0 {
