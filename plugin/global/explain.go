@@ -41,7 +41,7 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 		if !exists(snap, n, view) {
 			m.Rcode = dns.RcodeNameError
 		}
-		lines = g.explainService(snap, n, svc, m.Rcode == dns.RcodeNameError)
+		lines = g.explainService(state.Zone, snap, n, svc, m.Rcode == dns.RcodeNameError)
 	}
 	if q := state.QType(); q == dns.TypeTXT || q == dns.TypeANY {
 		for _, l := range lines {
@@ -117,17 +117,25 @@ func (g *Global) explainAmbiguous(snap *index.Snapshot, n name) []string {
 	lines := []string{fmt.Sprintf("name=%s ambiguous=true namespaces=%s: ask for %s.<namespace>, or list one in prefer_namespaces",
 		n.svc, strings.Join(candidates, ","), n.svc)}
 	for _, ns := range candidates {
-		lines = append(lines, g.explainService(snap, name{kind: kindService, svc: n.svc, ns: ns}, snap.Service(index.Key{Namespace: ns, Name: n.svc}), false)[0])
+		lines = append(lines, g.explainService("", snap, name{kind: kindService, svc: n.svc, ns: ns}, snap.Service(index.Key{Namespace: ns, Name: n.svc}), false)[0])
 	}
 	return lines
 }
 
 // explainService is the explanation of a name of global service svc (nil: none), the summary
 // first. nxdomain says the IN answer is NXDOMAIN.
-func (g *Global) explainService(snap *index.Snapshot, n name, svc *index.Service, nxdomain bool) []string {
+func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *index.Service, nxdomain bool) []string {
 	switch {
+	case n.kind == kindNone && g.scheme(zone) == schemeMCS:
+		return []string{"exists=false: not a name of this zone (names mcs): [<hostname>.<clusterid>.]<svc>.<ns>.svc, [_<port>.]_<proto>.<svc>.<ns>.svc, dns-version; <clusterid>.<svc>.<ns>.svc must not exist"}
 	case n.kind == kindNone:
 		return []string{"exists=false: not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms"}
+	case n.kind == kindVersion:
+		return []string{"exists=true: the version of the Multi-Cluster Services DNS specification this zone answers, " + mcsVersion}
+	case n.kind == kindNamespace && nxdomain:
+		return []string{fmt.Sprintf("exists=false: no global service answers in namespace %q", n.ns)}
+	case n.kind == kindNamespace:
+		return []string{fmt.Sprintf("exists=true: an empty non-terminal: global services answer in namespace %q", n.ns)}
 	case svc == nil && nxdomain:
 		return []string{fmt.Sprintf("exists=false: no global service %s", serviceName(n))}
 	case svc == nil:

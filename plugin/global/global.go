@@ -31,6 +31,7 @@ type Global struct {
 	Fall  fall.F
 
 	ttl              uint32
+	mcsZones         []string // the zones with MCS names (`names mcs`); the others have .global's
 	rotate           bool     // rotate addresses within each tier
 	explain          bool     // answer CH TXT with the explanation of a name
 	preferNamespaces []string // order in which short names pick a namespace

@@ -30,7 +30,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	snap := g.index.Snapshot()
 	chaos := state.QClass() == dns.ClassCHAOS && g.explain
 
-	switch n := parseName(qname, zone); {
+	switch n := g.scheme(zone).parse(qname, zone); {
 	case state.QClass() != dns.ClassINET && !chaos:
 		// What the server answers when no plugin opens other classes.
 		m.Authoritative = false
@@ -78,6 +78,10 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 	switch {
 	case !exists(snap, n, view):
 		m.Rcode = dns.RcodeNameError
+	case n.kind == kindVersion:
+		if qtype == dns.TypeTXT {
+			m.Answer = []dns.RR{&dns.TXT{Hdr: g.hdr(state.QName(), dns.TypeTXT), Txt: []string{mcsVersion}}}
+		}
 	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
 	case n.kind == kindSRV:
 		if qtype == dns.TypeSRV {
@@ -123,6 +127,12 @@ func (g *Global) find(state request.Request, m *dns.Msg, snap *index.Snapshot, n
 // when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
 func exists(snap *index.Snapshot, n name, view index.View) bool {
 	switch {
+	case n.kind == kindVersion:
+		return true
+	case n.kind == kindNamespace && n.ns == "":
+		return snap.Answers()
+	case n.kind == kindNamespace:
+		return snap.HasNamespace(n.ns)
 	case view.Empty():
 		return n.kind == kindService && n.short && (n.svc == "dns" || snap.HasNamespace(n.svc))
 	case n.kind == kindProto, n.kind == kindSRV:
@@ -145,7 +155,7 @@ func portMatches(p index.Port, port, proto string) bool {
 // several namespaces have, with no prefer_namespaces entry among them, is refused in m, with an
 // Extended DNS Error naming the candidates, and ok is false: it must never silently pick one.
 func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (svc *index.Service, ok bool) {
-	if n.kind == kindNone {
+	if n.svc == "" { // not a service's name
 		return nil, true
 	}
 	ns := n.ns

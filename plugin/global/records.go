@@ -71,7 +71,7 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 			}
 		}
 	}
-	suffix := "." + k.Name + "." + k.Namespace + "." + zone
+	suffix := "." + g.scheme(zone).serviceDomain(k, zone)
 	for t := range v.Targets() {
 		target := ""
 		for _, p := range t.Ports {

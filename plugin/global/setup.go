@@ -255,6 +255,8 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			}
 		case "endpointslices":
 			cfg.write, err = onOff(c, opt, args)
+		case "names":
+			cfg.g.mcsZones, err = parseNames(c, args, zones)
 		case "rotate":
 			cfg.g.rotate, err = onOff(c, opt, args)
 		case "explain":
@@ -351,6 +353,29 @@ func parseZones(c *caddy.Controller, args []string) ([]string, error) {
 		zones = append(zones, zs...)
 	}
 	return zones, nil
+}
+
+// parseNames parses `names global` or `names mcs [ZONES...]`: the zones (default all) answered
+// with the Multi-Cluster Services specification's names.
+func parseNames(c *caddy.Controller, args, zones []string) ([]string, error) {
+	switch {
+	case len(args) == 1 && args[0] == "global":
+		return nil, nil
+	case len(args) == 1 && args[0] == "mcs":
+		return zones, nil
+	case len(args) > 1 && args[0] == "mcs":
+		mcs, err := parseZones(c, args[1:])
+		if err != nil {
+			return nil, err
+		}
+		for _, z := range mcs {
+			if !slices.Contains(zones, z) {
+				return nil, c.Errf("names mcs: %q is not one of the plugin's zones %v", z, zones)
+			}
+		}
+		return mcs, nil
+	}
+	return nil, c.Errf("names takes global or mcs [ZONES...], not %q", strings.Join(args, " "))
 }
 
 // namesArg parses a list of namespace names.

@@ -140,6 +140,8 @@ func TestParseErrors(t *testing.T) {
 		{"global\nglobal", "this plugin can only be used once per Server Block"},
 		{"global {\n endpointslices maybe\n}", `endpointslices takes on or off, not "maybe"`},
 		{"global {\n rotate sometimes\n}", `rotate takes on or off, not "sometimes"`},
+		{"global {\n names kubernetes\n}", `names takes global or mcs [ZONES...], not "kubernetes"`},
+		{"global {\n names mcs clusterset.local\n}", `names mcs: "clusterset.local." is not one of the plugin's zones [global.]`},
 		{"global {\n explain on off\n}", `explain takes on or off, not "on off"`},
 		{"global {\n endpointslice_size 0\n}", "endpointslice_size must be an integer in [1, 1000]"},
 		{"global {\n endpointslice_size 1001\n}", "endpointslice_size must be an integer in [1, 1000]"},

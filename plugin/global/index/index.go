@@ -61,6 +61,9 @@ func (s *Snapshot) Namespaces(name string) []string { return s.shard(name).names
 // ready record): <ns>.<zone> exists only then (RFC 8020: nothing below a name that does not exist).
 func (s *Snapshot) HasNamespace(ns string) bool { return s.namespaces[ns] > 0 }
 
+// Answers reports whether any global service has a ready record.
+func (s *Snapshot) Answers() bool { return len(s.namespaces) > 0 }
+
 // Len returns the number of global services.
 func (s *Snapshot) Len() int { return s.len }
 
