@@ -29,6 +29,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	m.Authoritative = true
 	snap := g.index.Snapshot()
 	chaos := state.QClass() == dns.ClassCHAOS && g.explain
+	final := false // an answer fallthrough must not pass on
 
 	switch n := g.scheme(zone).parse(qname, zone); {
 	case state.QClass() != dns.ClassINET && !chaos:
@@ -57,22 +58,22 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 			setEDE(r, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
 			break
 		}
-		g.answer(state, m, snap, n)
+		final = !g.answer(state, m, snap, n)
 	}
 
-	if m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
+	if !final && m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
 		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }
 
-// answer fills m for a name below the apex.
-func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) {
+// answer fills m for a name below the apex; ok is false for an ambiguous short name.
+func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (ok bool) {
 	qtype := state.QType()
 	svc, view, ok := g.find(state, m, snap, n)
-	if !ok { // ambiguous short name: m holds the refusal
-		return
+	if !ok { // ambiguous short name: m holds the answer
+		return false
 	}
 
 	switch {
@@ -100,10 +101,11 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
 	}
+	return true
 }
 
 // find returns the global service name n refers to (nil when there is none) and the view of it
-// that n names; ok is false when n is an ambiguous short name, refused in m.
+// that n names; ok is false when n is an ambiguous short name, answered in m.
 func (g *Global) find(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (svc *index.Service, view index.View, ok bool) {
 	if svc, ok = g.service(state, m, snap, n); !ok || svc == nil {
 		return svc, view, ok
@@ -152,8 +154,9 @@ func portMatches(p index.Port, port, proto string) bool {
 }
 
 // service finds the global service a name refers to: nil when there is none. A short name that
-// several namespaces have, with no prefer_namespaces entry among them, is refused in m, with an
-// Extended DNS Error naming the candidates, and ok is false: it must never silently pick one.
+// several namespaces have, with no prefer_namespaces entry among them, is answered in m as NXDOMAIN
+// with an Extended DNS Error naming the candidates, and ok is false: it must never silently pick
+// one, and never falls through.
 func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (svc *index.Service, ok bool) {
 	if n.svc == "" { // not a service's name
 		return nil, true
@@ -169,8 +172,14 @@ func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot
 		default:
 			ns = preferred(g.preferNamespaces, candidates)
 			if ns == "" {
-				m.Authoritative = false
-				m.Rcode = dns.RcodeRefused
+				// NXDOMAIN, not REFUSED: measured (README), REFUSED sends clients on to every other
+				// nameserver in resolv.conf, public ones included, and applications see a temporary
+				// failure. A namespace of that name whose services answer keeps the name an empty
+				// non-terminal: NODATA.
+				if !snap.HasNamespace(n.svc) {
+					m.Rcode = dns.RcodeNameError
+				}
+				m.Ns = []dns.RR{g.soa(state.Zone, snap)}
 				setEDE(state.Req, m, dns.ExtendedErrorCodeOther, fmt.Sprintf(
 					"global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
 					n.svc, strings.Join(candidates, ", "), n.svc, state.Zone))

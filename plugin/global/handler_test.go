@@ -207,8 +207,8 @@ func TestAmbiguousShortName(t *testing.T) {
 	g := newGlobal(t, src, app)
 
 	m := query(t, g, "foo.global.", dns.TypeA)
-	if m.Rcode != dns.RcodeRefused || len(m.Answer) != 0 {
-		t.Fatalf("rcode %s with %d answers, want REFUSED and none", dns.RcodeToString[m.Rcode], len(m.Answer))
+	if m.Rcode != dns.RcodeNameError || len(m.Answer) != 0 || len(m.Ns) != 1 || !m.Authoritative {
+		t.Fatalf("rcode %s with %d answers, %d authority, want an authoritative NXDOMAIN with the SOA", dns.RcodeToString[m.Rcode], len(m.Answer), len(m.Ns))
 	}
 	var ede *dns.EDNS0_EDE
 	if opt := m.IsEdns0(); opt != nil {
@@ -225,6 +225,22 @@ func TestAmbiguousShortName(t *testing.T) {
 	if m := query(t, g, "foo.app.global.", dns.TypeA); len(m.Answer) != 1 {
 		t.Errorf("foo.app.global: %v", m.Answer)
 	}
+	// Never passed on by fallthrough: the name exists, it is ambiguous.
+	g.Fall = fall.F{Zones: []string{"global."}}
+	if m := serve(t, g, "foo.global.", dns.TypeA); m == nil || m.Rcode != dns.RcodeNameError || m.IsEdns0() == nil {
+		t.Errorf("with fallthrough: %v, want our NXDOMAIN with the EDE", m)
+	}
+	g.Fall = fall.F{}
+
+	// A namespace called foo whose services answer makes foo.global an empty non-terminal: NODATA.
+	bar := index.Key{Namespace: "foo", Name: "bar"}
+	src.Add(bar, &index.Member{Namespace: "foo", Name: "bar", Origin: index.Origin{Ports: dbPort}},
+		indextest.Slice(dbPort, indextest.Endpoint("bar-0", "10.0.8.8")))
+	g = newGlobal(t, src, app, bar)
+	if m := query(t, g, "foo.global.", dns.TypeA); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 || len(m.Ns) != 1 {
+		t.Errorf("ambiguous and a namespace: %s %v, want NODATA", dns.RcodeToString[m.Rcode], m.Answer)
+	}
+
 	g.preferNamespaces = []string{"other", "db"}
 	if m := query(t, g, "foo.global.", dns.TypeA); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 4 {
 		t.Errorf("with prefer_namespaces db: rcode %s, %d answers, want db's 4", dns.RcodeToString[m.Rcode], len(m.Answer))

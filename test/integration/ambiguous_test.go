@@ -20,9 +20,9 @@ import (
 )
 
 // TestAmbiguousShortNameClients measures what real clients make of the answer to an ambiguous
-// short name (bar.global, with bar in two namespaces): today's REFUSED with an Extended DNS Error,
-// against NXDOMAIN with the same EDE and the zone's SOA. The NXDOMAIN variant is bin/coredns's own
-// reply with its rcode rewritten by a proxy (the handler is not changed for a measurement).
+// short name (bar.global, with bar in two namespaces): the plugin's NXDOMAIN with an Extended DNS
+// Error and the zone's SOA, against REFUSED with the same EDE (what it answered before this
+// measurement). The REFUSED variant is bin/coredns's own reply with its rcode rewritten by a proxy.
 //
 // The clients ask, as in a pod, the cluster DNS: a bin/coredns that forwards global to the plugin
 // and answers cluster.local with NXDOMAIN, on port 53 of a loopback address. glibc
@@ -45,14 +45,14 @@ func TestAmbiguousShortNameClients(t *testing.T) {
 		must(t, err)
 	}
 	g := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns1+" "+ns2))
-	eventually(t, "bar.global refused", func() error {
-		if r := ask(t, g, "udp", "bar.global.", dns.TypeA); r.Rcode != dns.RcodeRefused || extendedError(r) == nil {
+	eventually(t, "bar.global ambiguous", func() error {
+		if r := ask(t, g, "udp", "bar.global.", dns.TypeA); r.Rcode != dns.RcodeNameError || extendedError(r) == nil {
 			return fmt.Errorf("%s, EDE %v", dns.RcodeToString[r.Rcode], extendedError(r))
 		}
 		return nil
 	})
-	refused := startDNSProxy(t, g.Addr, false)
-	nxdomain := startDNSProxy(t, g.Addr, true)
+	refused := startDNSProxy(t, g.Addr, true)
+	nxdomain := startDNSProxy(t, g.Addr, false)
 	ips := loopbackIPs(t, 4)
 	fwd := map[int][2]*harness.CoreDNS{ // the cluster DNS (two, for two nameservers) per rcode
 		dns.RcodeRefused:   {startClusterDNS(t, ips[0], refused.Addr), startClusterDNS(t, ips[1], refused.Addr)},
@@ -97,7 +97,7 @@ func TestAmbiguousShortNameClients(t *testing.T) {
 		}
 
 		// Two upstreams: forward does not try the second on REFUSED unless told to (failover).
-		second := startDNSProxy(t, g.Addr, false)
+		second := startDNSProxy(t, g.Addr, true)
 		for _, failover := range []bool{false, true} {
 			opt := ""
 			if failover {
@@ -274,29 +274,20 @@ func loopbackIPs(t *testing.T, n int) []string {
 }
 
 // dnsProxy passes queries to upstream over the protocol they came in on and counts them by name.
-// With nxdomain, a REFUSED answer to a query (only the ambiguous short name is refused here)
-// becomes NXDOMAIN with the zone's SOA, keeping the rest, the EDE included.
+// With refused, an NXDOMAIN answer with an Extended DNS Error (only the ambiguous short name has
+// one here) becomes REFUSED without the SOA, keeping the rest, the EDE included.
 type dnsProxy struct {
 	Addr     string
 	upstream string
-	nxdomain bool
-	soa      dns.RR
+	refused  bool
 
 	mu    sync.Mutex
 	count map[string]int
 }
 
-func startDNSProxy(t *testing.T, upstream string, nxdomain bool) *dnsProxy {
+func startDNSProxy(t *testing.T, upstream string, refused bool) *dnsProxy {
 	t.Helper()
-	p := &dnsProxy{upstream: upstream, nxdomain: nxdomain, count: map[string]int{}}
-	if nxdomain {
-		r, err := dns.Exchange(new(dns.Msg).SetQuestion("global.", dns.TypeSOA), upstream)
-		must(t, err)
-		if len(r.Answer) != 1 {
-			t.Fatalf("global. SOA: %v", r)
-		}
-		p.soa = r.Answer[0]
-	}
+	p := &dnsProxy{upstream: upstream, refused: refused, count: map[string]int{}}
 	var udp, tcp *dns.Server
 	for attempt := 0; ; attempt++ {
 		p.Addr = freeAddr(t)
@@ -332,10 +323,10 @@ func (p *dnsProxy) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		w.WriteMsg(new(dns.Msg).SetRcode(req, dns.RcodeServerFailure))
 		return
 	}
-	if p.nxdomain && r.Rcode == dns.RcodeRefused && req.Opcode == dns.OpcodeQuery {
-		r.Rcode = dns.RcodeNameError
-		r.Authoritative = true
-		r.Ns = []dns.RR{dns.Copy(p.soa)}
+	if p.refused && r.Rcode == dns.RcodeNameError && extendedError(r) != nil && req.Opcode == dns.OpcodeQuery {
+		r.Rcode = dns.RcodeRefused
+		r.Authoritative = false
+		r.Ns = nil
 	}
 	w.WriteMsg(r)
 }

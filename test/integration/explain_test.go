@@ -99,8 +99,8 @@ func TestExplain(t *testing.T) {
 		{"_db._udp." + fooNS, dns.RcodeNameError, []string{"records=0", line("10.244.1.10", "foo-0", "east", "0", "local", "foo", "no-matching-port")}},
 		{"nope." + ns + ".global.", dns.RcodeNameError, []string{"exists=false: no global service " + ns + "/nope"}},
 		{"a.b.c.d.e.global.", dns.RcodeNameError, []string{"exists=false: not a name of this zone"}},
-		// The short name is in two namespaces: refused, and both explained.
-		{"foo.global.", dns.RcodeRefused, []string{"name=foo ambiguous=true", "service=" + ns + "/foo records=4", "service=" + other + "/foo records=1"}},
+		// The short name is in two namespaces: NXDOMAIN, and both explained.
+		{"foo.global.", dns.RcodeNameError, []string{"name=foo ambiguous=true", "service=" + ns + "/foo records=4", "service=" + other + "/foo records=1"}},
 		// The apex: this replica.
 		{"global.", dns.RcodeSuccess, []string{"synced=true services=2 records=7", "cluster=east tier=0 why=local ready=2 not-ready=1",
 			"cluster=west tier=2 why=region:us-east-1 ready=3", "cluster=north tier=3 why=none ready=0 not-ready=0 terminating=0 gateway-down=1"}},
