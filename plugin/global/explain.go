@@ -27,7 +27,7 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 	case n.kind == kindApex:
 		lines = g.explainReplica(snap)
 	case n.kind == kindNameserver:
-		lines = []string{"nameserver=" + state.QName() + " addrs=" + joinAddrs(g.nsAddrs)}
+		lines = []string{"nameserver=" + questionName(state.Req) + " addrs=" + joinAddrs(g.nsAddrs)}
 	case !g.index.Ready():
 		m.Authoritative = false
 		m.Rcode = dns.RcodeServerFailure
@@ -46,7 +46,7 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 	if q := state.QType(); q == dns.TypeTXT || q == dns.TypeANY {
 		for _, l := range lines {
 			m.Answer = append(m.Answer, &dns.TXT{
-				Hdr: dns.RR_Header{Name: state.QName(), Rrtype: dns.TypeTXT, Class: dns.ClassCHAOS},
+				Hdr: dns.RR_Header{Name: questionName(state.Req), Rrtype: dns.TypeTXT, Class: dns.ClassCHAOS},
 				Txt: split(l),
 			})
 		}

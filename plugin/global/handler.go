@@ -17,15 +17,17 @@ import (
 // public TLD: nothing leaks to the next plugin unless fallthrough says so, and only on NXDOMAIN).
 func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
-	qname := state.Name()
-	zone := plugin.Zones(g.Zones).Matches(qname)
+	// The question's name as it came (unpacked names are in presentation form already): what
+	// request.Request's Name and QName compute, without formatting it again per call.
+	owner := questionName(r)
+	qname := strings.ToLower(owner)
+	zone := matchZone(g.Zones, qname)
 	if zone == "" {
 		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
 	}
 	state.Zone = zone
 
-	m := new(dns.Msg)
-	m.SetReply(r)
+	m := newReply(r)
 	m.Authoritative = true
 	snap := g.index.Snapshot()
 	chaos := state.QClass() == dns.ClassCHAOS && g.explain
@@ -68,6 +70,47 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	return dns.RcodeSuccess, nil
 }
 
+func questionName(r *dns.Msg) string {
+	if len(r.Question) == 0 {
+		return "."
+	}
+	return r.Question[0].Name
+}
+
+// matchZone returns the longest of zones that qname is in, "" for none: plugin.Zones.Matches
+// without its allocations (qname and zones are lower case and fully qualified).
+func matchZone(zones []string, qname string) string {
+	zone := ""
+	for _, z := range zones {
+		if len(z) > len(zone) && (z == "." || qname == z ||
+			strings.HasSuffix(qname, z) && len(qname) > len(z) && qname[len(qname)-len(z)-1] == '.') {
+			zone = z
+		}
+	}
+	return zone
+}
+
+// reply is a response with room for its question: one allocation for both.
+type reply struct {
+	dns.Msg
+	question [1]dns.Question
+}
+
+// newReply is new(dns.Msg).SetReply(r) in one allocation.
+func newReply(r *dns.Msg) *dns.Msg {
+	rep := &reply{}
+	m := &rep.Msg
+	m.Id, m.Response, m.Opcode = r.Id, true, r.Opcode
+	if m.Opcode == dns.OpcodeQuery {
+		m.RecursionDesired, m.CheckingDisabled = r.RecursionDesired, r.CheckingDisabled
+	}
+	if len(r.Question) > 0 {
+		rep.question[0] = r.Question[0]
+		m.Question = rep.question[:]
+	}
+	return m
+}
+
 // answer fills m for a name below the apex; ok is false for an ambiguous short name.
 func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (ok bool) {
 	qtype := state.QType()
@@ -81,22 +124,22 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 		m.Rcode = dns.RcodeNameError
 	case n.kind == kindVersion:
 		if qtype == dns.TypeTXT {
-			m.Answer = []dns.RR{&dns.TXT{Hdr: g.hdr(state.QName(), dns.TypeTXT), Txt: []string{mcsVersion}}}
+			m.Answer = []dns.RR{&dns.TXT{Hdr: g.hdr(questionName(state.Req), dns.TypeTXT), Txt: []string{mcsVersion}}}
 		}
 	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
 	case n.kind == kindSRV:
 		if qtype == dns.TypeSRV {
-			m.Answer, m.Extra = g.srv(state.QName(), state.Zone, svc.Key, view, n.port, n.proto)
+			m.Answer, m.Extra = g.srv(questionName(state.Req), state.Zone, svc.Key, view, n.port, n.proto)
 		}
 	case qtype == dns.TypeA:
-		m.Answer = g.addrs(state.QName(), view.A)
+		m.Answer = g.addrs(questionName(state.Req), view.A)
 	case qtype == dns.TypeAAAA:
-		m.Answer = g.addrs(state.QName(), view.AAAA)
+		m.Answer = g.addrs(questionName(state.Req), view.AAAA)
 	case qtype == dns.TypeSRV:
-		m.Answer, m.Extra = g.srv(state.QName(), state.Zone, svc.Key, view, "", "")
+		m.Answer, m.Extra = g.srv(questionName(state.Req), state.Zone, svc.Key, view, "", "")
 	case qtype == dns.TypeANY:
 		// RFC 8482: a subset is a fine answer to ANY; the addresses are what a client wants.
-		m.Answer = append(g.addrs(state.QName(), view.A), g.addrs(state.QName(), view.AAAA)...)
+		m.Answer = append(g.addrs(questionName(state.Req), view.A), g.addrs(questionName(state.Req), view.AAAA)...)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
@@ -209,7 +252,7 @@ func (g *Global) apex(state request.Request, m *dns.Msg, snap *index.Snapshot) {
 		m.Answer = []dns.RR{g.soa(state.Zone, snap)}
 	case dns.TypeNS:
 		ns := nameserver(state.Zone)
-		m.Answer = []dns.RR{&dns.NS{Hdr: g.hdr(state.QName(), dns.TypeNS), Ns: ns}}
+		m.Answer = []dns.RR{&dns.NS{Hdr: g.hdr(questionName(state.Req), dns.TypeNS), Ns: ns}}
 		m.Extra = g.glue(ns, dns.TypeA, dns.TypeAAAA)
 	default:
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
@@ -219,7 +262,7 @@ func (g *Global) apex(state request.Request, m *dns.Msg, snap *index.Snapshot) {
 // nameserver answers ns1.dns.<zone> with the addresses this server listens on.
 func (g *Global) nameserver(state request.Request, m *dns.Msg, snap *index.Snapshot) {
 	if q := state.QType(); q == dns.TypeA || q == dns.TypeAAAA {
-		m.Answer = g.glue(state.QName(), q)
+		m.Answer = g.glue(questionName(state.Req), q)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}

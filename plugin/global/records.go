@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
 
@@ -39,17 +41,57 @@ func (g *Global) addrs(owner string, rs []index.Record) []dns.RR {
 	if g.rotate && len(rs) > 1 {
 		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
 	}
+	var recs records
 	for i := 0; i < len(rs); {
 		j := i + 1
 		for j < len(rs) && rs[j].Tier == rs[i].Tier {
 			j++
 		}
 		for k, n := 0, j-i; k < n; k++ {
-			out[i+k] = g.addr(owner, rs[i+(k+off)%n].Addr)
+			out[i+k] = recs.next(g, owner, rs[i+(k+off)%n].Addr, len(rs)-i-k)
 		}
 		i = j
 	}
 	return out
+}
+
+// records hands out A and AAAA records, each with its address bytes, from one allocation per
+// family and answer instead of two per record.
+type records struct {
+	a    []aRecord
+	aaaa []aaaaRecord
+}
+
+type aRecord struct {
+	dns.A
+	ip [4]byte
+}
+
+type aaaaRecord struct {
+	dns.AAAA
+	ip [16]byte
+}
+
+// next returns the record of a, making room for up to left more of its family when it has none.
+func (rs *records) next(g *Global, owner string, a netip.Addr, left int) dns.RR {
+	if a.Is4() {
+		if len(rs.a) == 0 {
+			rs.a = make([]aRecord, left)
+		}
+		r := &rs.a[0]
+		rs.a = rs.a[1:]
+		r.ip = a.As4()
+		r.A = dns.A{Hdr: g.hdr(owner, dns.TypeA), A: r.ip[:]}
+		return &r.A
+	}
+	if len(rs.aaaa) == 0 {
+		rs.aaaa = make([]aaaaRecord, left)
+	}
+	r := &rs.aaaa[0]
+	rs.aaaa = rs.aaaa[1:]
+	r.ip = a.As16()
+	r.AAAA = dns.AAAA{Hdr: g.hdr(owner, dns.TypeAAAA), AAAA: r.ip[:]}
+	return &r.AAAA
 }
 
 func (g *Global) addr(owner string, a netip.Addr) dns.RR {
@@ -61,35 +103,67 @@ func (g *Global) addr(owner string, a netip.Addr) dns.RR {
 
 // srv returns one SRV record per target and port matching port/proto ("" matches any), and the
 // targets' addresses as glue. Priority is the tier; targets of one tier share the weight equally.
+// A first pass sizes everything, so the answer takes a handful of allocations, not a few per
+// target: the records, the glue, and the target names cut from one string.
 func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port, proto string) (answer, extra []dns.RR) {
-	match := func(p index.Port) bool { return portMatches(p, port, proto) }
 	var perTier [256]int
+	suffix := "." + g.scheme(zone).serviceDomain(k, zone)
+	srvs, v4, v6, names := 0, 0, 0, 0
 	for t := range v.Targets() {
+		n := 0
 		for _, p := range t.Ports {
-			if match(p) {
-				perTier[t.Tier]++
+			if portMatches(p, port, proto) {
+				n++
 			}
 		}
+		if n > 0 {
+			perTier[t.Tier] += n
+			srvs, v4, v6 = srvs+n, v4+len(t.A), v6+len(t.AAAA)
+			names += len(t.Host) + 1 + len(t.Cluster) + len(suffix)
+		}
 	}
-	suffix := "." + g.scheme(zone).serviceDomain(k, zone)
+	if srvs == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	b.Grow(names)
+	for t := range v.Targets() {
+		if slices.ContainsFunc(t.Ports, func(p index.Port) bool { return portMatches(p, port, proto) }) {
+			b.WriteString(t.Host)
+			b.WriteByte('.')
+			b.WriteString(t.Cluster)
+			b.WriteString(suffix)
+		}
+	}
+	all := b.String()
+	answer, extra = make([]dns.RR, 0, srvs), make([]dns.RR, 0, v4+v6)
+	srvRecords := make([]dns.SRV, srvs)
+	glue := records{a: make([]aRecord, v4), aaaa: make([]aaaaRecord, v6)}
 	for t := range v.Targets() {
 		target := ""
 		for _, p := range t.Ports {
-			if !match(p) {
+			if !portMatches(p, port, proto) {
 				continue
 			}
 			if target == "" {
-				target = t.Host + "." + t.Cluster + suffix
-				extra = append(extra, g.addrs(target, t.A)...)
-				extra = append(extra, g.addrs(target, t.AAAA)...)
+				n := len(t.Host) + 1 + len(t.Cluster) + len(suffix)
+				target, all = all[:n], all[n:]
+				for _, r := range t.A {
+					extra = append(extra, glue.next(g, target, r.Addr, 0))
+				}
+				for _, r := range t.AAAA {
+					extra = append(extra, glue.next(g, target, r.Addr, 0))
+				}
 			}
-			answer = append(answer, &dns.SRV{
+			srv := &srvRecords[len(answer)]
+			*srv = dns.SRV{
 				Hdr:      g.hdr(owner, dns.TypeSRV),
 				Priority: uint16(t.Tier),
 				Weight:   uint16(max(1, 100/perTier[t.Tier])),
 				Port:     uint16(p.Port),
 				Target:   target,
-			})
+			}
+			answer = append(answer, srv)
 		}
 	}
 	return answer, extra
