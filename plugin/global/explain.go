@@ -179,7 +179,7 @@ func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *
 			leftOut++
 		}
 		lines = append(lines, fmt.Sprintf("addr=%s host=%s cluster=%s tier=%d why=%s member=%s state=%s%s",
-			r.Addr, r.Host, r.Cluster, r.Tier, topo.Why(r.Cluster), member[r.Cluster], state, port))
+			r.Addr(), r.Host, r.Cluster, r.Tier, topo.Why(r.Cluster), member[r.Cluster], state, port))
 	}
 	summary := fmt.Sprintf("service=%s records=%d left-out=%d synced=%t serial=%d age=%d",
 		svc.Key, answered, leftOut, g.index.Ready(), snap.Serial, age(svc.Built()))

@@ -48,7 +48,7 @@ func (g *Global) addrs(owner string, rs []index.Record) []dns.RR {
 			j++
 		}
 		for k, n := 0, j-i; k < n; k++ {
-			out[i+k] = recs.next(g, owner, rs[i+(k+off)%n].Addr, len(rs)-i-k)
+			out[i+k] = recs.next(g, owner, rs[i+(k+off)%n].Addr(), len(rs)-i-k)
 		}
 		i = j
 	}
@@ -149,10 +149,10 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 				n := len(t.Host) + 1 + len(t.Cluster) + len(suffix)
 				target, all = all[:n], all[n:]
 				for _, r := range t.A {
-					extra = append(extra, glue.next(g, target, r.Addr, 0))
+					extra = append(extra, glue.next(g, target, r.Addr(), 0))
 				}
 				for _, r := range t.AAAA {
-					extra = append(extra, glue.next(g, target, r.Addr, 0))
+					extra = append(extra, glue.next(g, target, r.Addr(), 0))
 				}
 			}
 			srv := &srvRecords[len(answer)]

@@ -56,7 +56,7 @@ func scenario() *indextest.Source {
 func describe(rs []index.Record) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
-		out[i] = fmt.Sprintf("%d %s %s %s", r.Tier, r.Cluster, r.Host, r.Addr)
+		out[i] = fmt.Sprintf("%d %s %s %s", r.Tier, r.Cluster, r.Host, r.Addr())
 	}
 	return out
 }

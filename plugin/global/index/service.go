@@ -138,7 +138,7 @@ func (t *Topology) Build(k Key, src Source) *Service {
 			}
 			for e := range sl.Endpoints {
 				ep := &sl.Endpoints[e]
-				r := Record{Endpoint: ep, Origin: origin, Tier: tier, Gateway: pods.of(ep.Addr)}
+				r := Record{Endpoint: ep, Origin: origin, Tier: tier, Gateway: pods.of(ep.Addr())}
 				if r.Gateway == GatewayDown && (ep.Ready || ep.Serving) {
 					down := *ep
 					down.Ready, down.Serving = false, false
@@ -146,7 +146,7 @@ func (t *Topology) Build(k Key, src Source) *Service {
 				}
 				// The same address may sit in two slices for a moment (slice rebalancing); keep
 				// one record, ready if either copy is.
-				key := hostAddr{cluster, ep.Host, ep.Addr}
+				key := hostAddr{cluster, ep.Host, ep.Addr()}
 				if j, dup := seen[key]; dup {
 					if r.Ready && !s.Records[j].Ready {
 						s.Records[j] = r
@@ -251,7 +251,7 @@ func compareRecords(a, b Record) int {
 	if c := cmp.Compare(a.Host, b.Host); c != 0 {
 		return c
 	}
-	return a.Addr.Compare(b.Addr)
+	return a.Addr().Compare(b.Addr())
 }
 
 // index finds the views DNS answers from in the sorted records, so queries never sort.

@@ -85,13 +85,35 @@ type Slice struct {
 }
 
 // Endpoint is one endpoint of a Slice. Conditions follow EndpointSlice semantics with nil resolved.
+// 48 bytes, as there is one per record: the address is kept as its 16 bytes (a netip.Addr takes
+// 24, which made 56).
 type Endpoint struct {
 	Host        string     // a DNS label; the dashed address when the slice has none
-	Addr        netip.Addr // the first address, the one Kubernetes' own consumers use
+	Local       *Placement // where a local pod runs; nil for mirrored endpoints
+	addr        [16]byte   // the first address, the one Kubernetes' own consumers use
+	is4         bool       // addr holds an IPv4 address in its first 4 bytes
 	Ready       bool
 	Serving     bool
 	Terminating bool
-	Local       *Placement // where a local pod runs; nil for mirrored endpoints
+}
+
+// Addr returns the endpoint's address.
+func (e *Endpoint) Addr() netip.Addr {
+	if e.is4 {
+		return netip.AddrFrom4([4]byte(e.addr[:4]))
+	}
+	return netip.AddrFrom16(e.addr)
+}
+
+// SetAddr sets the endpoint's address: IPv4, or IPv6 without a zone.
+func (e *Endpoint) SetAddr(a netip.Addr) {
+	if e.is4 = a.Is4(); e.is4 {
+		v := a.As4()
+		e.addr = [16]byte{}
+		copy(e.addr[:], v[:])
+		return
+	}
+	e.addr = a.As16()
 }
 
 // Placement is where a local pod runs: only this cluster's endpoints have one.
@@ -172,7 +194,7 @@ const (
 
 // Family returns the record's address family.
 func (r *Record) Family() Family {
-	if r.Addr.Is4() {
+	if r.is4 {
 		return IPv4
 	}
 	return IPv6

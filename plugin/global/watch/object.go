@@ -183,26 +183,28 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 		// Kubernetes validates addresses; a cache can still hold anything. An IPv4-mapped IPv6
 		// address would answer AAAA for an IPv4 endpoint and name it with dots. Only the first
 		// valid address counts, as in Kubernetes' own consumers.
+		var addr netip.Addr
 		for _, a := range e.Addresses {
 			ip, err := netip.ParseAddr(a)
 			if err != nil || ip.Zone() != "" || ip.Is4In6() || (fam == index.IPv4) != ip.Is4() {
 				p.add(ReasonBadAddress, "address "+quote(a))
 				continue
 			}
-			if !ep.Addr.IsValid() {
-				ep.Addr = ip
+			if !addr.IsValid() {
+				addr = ip
 			}
 		}
-		if !ep.Addr.IsValid() {
+		if !addr.IsValid() {
 			continue
 		}
+		ep.SetAddr(addr)
 		ep.Host = ptr.Deref(e.Hostname, "")
 		if ep.Host != "" && len(validation.IsDNS1123Label(ep.Host)) > 0 {
 			p.add(ReasonBadHostname, "hostname "+quote(ep.Host)+" is not a DNS label: using its address")
 			ep.Host = ""
 		}
 		if ep.Host == "" {
-			ep.Host = dashed(ep.Addr)
+			ep.Host = dashed(addr)
 		}
 		out.Endpoints = append(out.Endpoints, ep)
 	}

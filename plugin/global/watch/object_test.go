@@ -120,9 +120,12 @@ func TestConvertSlice(t *testing.T) {
 		t.Fatalf("slice %+v", s)
 	}
 	want := []index.Endpoint{
-		{Host: "foo-0", Addr: netip.MustParseAddr("10.0.0.1"), Ready: true, Serving: true, Local: &index.Placement{Zone: "z1", NodeName: "n1", Pod: "foo-0"}},
-		{Host: "10-0-0-2", Addr: netip.MustParseAddr("10.0.0.2"), Ready: false, Serving: false, Terminating: true},
-		{Host: "10-0-0-3", Addr: netip.MustParseAddr("10.0.0.3"), Ready: true, Serving: true},
+		{Host: "foo-0", Ready: true, Serving: true, Local: &index.Placement{Zone: "z1", NodeName: "n1", Pod: "foo-0"}},
+		{Host: "10-0-0-2", Ready: false, Serving: false, Terminating: true},
+		{Host: "10-0-0-3", Ready: true, Serving: true},
+	}
+	for i, a := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {
+		want[i].SetAddr(netip.MustParseAddr(a))
 	}
 	if len(s.Endpoints) != len(want) {
 		t.Fatalf("endpoints %+v", s.Endpoints)

@@ -117,21 +117,21 @@ type root struct {
 	first *pod
 }
 
-// sliceTable is the slices of one source, by name and by Service: nearly every Service has one
-// slice, so the first is kept apart from the rest (a list per Service would be one more
-// allocation, and a bigger map entry, per Service).
+// sliceTable is the slices of one source, by nameID of their name and by Service: nearly every
+// Service has one slice, so the first is kept apart from the rest (a list per Service would be
+// one more allocation, and a bigger map entry, per Service).
 type sliceTable struct {
-	byName map[string]*slice
+	byName map[uint64]*slice
 	first  map[string]*slice   // by Service
 	more   map[string][]*slice // by Service, when it has more than one
 }
 
 func newSliceTable() sliceTable {
-	return sliceTable{byName: map[string]*slice{}, first: map[string]*slice{}, more: map[string][]*slice{}}
+	return sliceTable{byName: map[uint64]*slice{}, first: map[string]*slice{}, more: map[string][]*slice{}}
 }
 
 func (st *sliceTable) add(o *slice) {
-	st.byName[o.name] = o
+	st.byName[nameID(o.name)] = o
 	if st.first[o.service] == nil {
 		st.first[o.service] = o
 	} else {
@@ -140,7 +140,7 @@ func (st *sliceTable) add(o *slice) {
 }
 
 func (st *sliceTable) remove(o *slice) {
-	delete(st.byName, o.name)
+	delete(st.byName, nameID(o.name))
 	if st.first[o.service] != o {
 		drop(st.more, o.service, o)
 		return
@@ -261,8 +261,9 @@ func (s *state) replace(t *table, objs []object) {
 	s.apply(t, changed, gone)
 }
 
-// objectKey identifies an object of a table in a namespace: by name, or, for per-pod mirrors and
-// their slices, by nameID of the name (kept instead of the name: there is one per mirror record).
+// objectKey identifies an object of a table in a namespace: by name (Services), or by nameID of
+// the name: per-pod mirrors and every slice, whose tables are the biggest (a string key in a map
+// takes 16 bytes, and a name of its own for per-pod mirrors).
 type objectKey struct {
 	name string
 	id   uint64
@@ -272,7 +273,7 @@ type objectKey struct {
 // mirrors (by name) or per-pod mirrors (by id), and one may turn into the other.
 func (t *table) key(name string) objectKey {
 	switch {
-	case t.kind == kindSlice && t.src == fromPodMirror:
+	case t.kind == kindSlice:
 		return objectKey{id: nameID(name)}
 	case t.kind == kindService && t.src == fromMirror:
 		return objectKey{name: name, id: podID(name)}
@@ -285,7 +286,7 @@ func keyOf(o object) objectKey {
 	switch o.(type) {
 	case *podMirror:
 		return objectKey{id: podID(o.objectMeta().name)}
-	case *podSlice:
+	case *podSlice, *slice:
 		return objectKey{id: nameID(o.objectMeta().name)}
 	}
 	return objectKey{name: o.objectMeta().name}
@@ -331,7 +332,7 @@ func (s *state) unchanged(t *table, o object) bool {
 			kept = e.version
 		}
 	case *slice:
-		if e := sp.sliceTable(t.src).byName[m.name]; e != nil {
+		if e := sp.sliceTable(t.src).byName[nameID(m.name)]; e != nil && e.name == m.name {
 			kept = e.version
 		}
 	}
@@ -361,8 +362,8 @@ func (sp *space) keys(t *table) []objectKey {
 			out = append(out, objectKey{id: id})
 		}
 	default:
-		for name := range sp.sliceTable(t.src).byName {
-			add(name)
+		for id := range sp.sliceTable(t.src).byName {
+			out = append(out, objectKey{id: id})
 		}
 	}
 	return out
@@ -432,7 +433,7 @@ func (s *state) remove(t *table, ns string, k objectKey, c changes) {
 		}
 	default:
 		table := sp.sliceTable(t.src)
-		if o, ok := table.byName[name]; ok {
+		if o, ok := table.byName[k.id]; ok {
 			table.remove(o)
 			c.add(sp.sliceKey(ns, t.src, o.service))
 		}

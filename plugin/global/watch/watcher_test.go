@@ -47,7 +47,7 @@ func TestWatcherFeedsIndex(t *testing.T) {
 		}
 		var out []string
 		for _, r := range s.All().A {
-			out = append(out, r.Addr.String())
+			out = append(out, r.Addr().String())
 		}
 		return out
 	}

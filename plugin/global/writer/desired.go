@@ -93,9 +93,9 @@ func desiredEndpoints(s *index.Service, topo *index.Topology) map[group][]endpoi
 		}
 		hn := names[clusterHost{r.Cluster, r.Host}]
 		e := endpoint{
-			id: hn + "/" + r.Addr.String(),
+			id: hn + "/" + r.Addr().String(),
 			ep: discoveryv1.Endpoint{
-				Addresses:  []string{r.Addr.String()},
+				Addresses:  []string{r.Addr().String()},
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r.Ready), Serving: ptr.To(r.Serving), Terminating: ptr.To(r.Terminating)},
 				Hostname:   ptr.To(hn),
 				// A mirrored endpoint is in its cluster's zone; a local pod, in its node's.

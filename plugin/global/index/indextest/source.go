@@ -91,7 +91,9 @@ func (s *Source) PodMirrors(m *index.Member) []index.PodMirror {
 
 // Endpoint returns a ready endpoint with one address.
 func Endpoint(host, addr string) index.Endpoint {
-	return index.Endpoint{Host: host, Addr: netip.MustParseAddr(addr), Ready: true, Serving: true}
+	e := index.Endpoint{Host: host, Ready: true, Serving: true}
+	e.SetAddr(netip.MustParseAddr(addr))
+	return e
 }
 
 // NotReady returns e marked not ready.
@@ -103,7 +105,7 @@ func NotReady(e index.Endpoint) index.Endpoint {
 // Slice returns a slice of the family of its first endpoint's address.
 func Slice(ports []index.Port, eps ...index.Endpoint) *index.Slice {
 	fam := index.IPv4
-	if len(eps) > 0 && eps[0].Addr.Is6() {
+	if len(eps) > 0 && eps[0].Addr().Is6() {
 		fam = index.IPv6
 	}
 	return &index.Slice{Family: fam, Ports: ports, Endpoints: eps}
