@@ -78,13 +78,9 @@ func parseMCSName(qname, zone string) name {
 	if !ok {
 		return name{}
 	}
-	var l [4]string
-	n := 0
-	for ; rest != ""; n++ {
-		if n == len(l) {
-			return name{}
-		}
-		l[n], rest, _ = strings.Cut(rest, ".")
+	l, n, ok := splitLabels(rest)
+	if !ok {
+		return name{}
 	}
 	u0, u1 := underscored(l[0]), underscored(l[1])
 	switch {
@@ -123,13 +119,9 @@ func parseName(qname, zone string) name {
 	if rest == nameserverLabel {
 		return name{kind: kindNameserver}
 	}
-	var l [4]string
-	n := 0
-	for ; rest != ""; n++ {
-		if n == len(l) {
-			return name{}
-		}
-		l[n], rest, _ = strings.Cut(rest, ".")
+	l, n, ok := splitLabels(rest)
+	if !ok {
+		return name{}
 	}
 	u0, u1 := underscored(l[0]), underscored(l[1])
 	switch {
@@ -151,6 +143,17 @@ func parseName(qname, zone string) name {
 		return name{kind: kindService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
 	}
 	return name{}
+}
+
+// splitLabels splits rest into its labels, without allocating; ok is false past four.
+func splitLabels(rest string) (l [4]string, n int, ok bool) {
+	for ; rest != ""; n++ {
+		if n == len(l) {
+			return l, n, false
+		}
+		l[n], rest, _ = strings.Cut(rest, ".")
+	}
+	return l, n, true
 }
 
 // underscored reports whether label is an SRV service or protocol label such as _tcp.

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
@@ -10,23 +11,13 @@ import (
 	"github.com/miekg/dns"
 )
 
-// mcsCorefile answers the Multi-Cluster Services DNS specification's names under
+// mcsCorefile is corefile answering the Multi-Cluster Services DNS specification's names under
 // clusterset.local and .global's under global, from one instance.
-const mcsCorefile = `clusterset.local:{{.Port}} global:{{.Port}} {
-    bind 127.0.0.1
-    global clusterset.local global {
-        kubeconfig {{.Kubeconfig}}
-        namespaces %s
-        names mcs clusterset.local
-        endpointslices off
-        rotate off
-        cluster east
-        locality east zone=us-east-1a region=us-east-1
-        locality west zone=us-east-1b region=us-east-1
-        locality north zone=eu-north-1a region=eu-north-1
-    }
-}
-`
+var mcsCorefile = strings.NewReplacer(
+	"global:{{.Port}} {", "clusterset.local:{{.Port}} global:{{.Port}} {",
+	"    global {", "    global clusterset.local global {",
+	"        rotate off\n", "        rotate off\n        names mcs clusterset.local\n",
+).Replace(corefile)
 
 // TestMCSNames: every name form of KEP-1645's DNS specification for headless services (section
 // 2.4), over UDP and TCP, including those that must not exist.
