@@ -110,14 +110,15 @@ func load(ctx context.Context, cp *harness.ControlPlane) error {
 	return nil
 }
 
-// Queries are what the demo suggests trying.
-func Queries() []struct{ Name, Type string } {
-	return []struct{ Name, Type string }{
-		{"foo.global", "A"},
-		{"foo.db.global", "A"},
-		{"_tcp-db._tcp.foo.db.global", "SRV"},
-		{"west.foo.db.global", "A"},
-		{"foo-1.north.foo.db.global", "A"},
+// Queries are what the demo suggests trying: class IN unless Class says CH.
+func Queries() []struct{ Name, Type, Class string } {
+	return []struct{ Name, Type, Class string }{
+		{"foo.global", "A", ""},
+		{"foo.db.global", "A", ""},
+		{"_tcp-db._tcp.foo.db.global", "SRV", ""},
+		{"west.foo.db.global", "A", ""},
+		{"foo-1.north.foo.db.global", "A", ""},
+		{"foo.db.global", "TXT", "CH"}, // why: each record's cluster, tier and state
 	}
 }
 
@@ -145,9 +146,13 @@ func (d *Demo) Show(w io.Writer) {
 	for _, q := range Queries() {
 		m := new(dns.Msg)
 		m.SetQuestion(dns.Fqdn(q.Name), dns.StringToType[q.Type])
+		class := ""
+		if q.Class != "" {
+			m.Question[0].Qclass, class = dns.StringToClass[q.Class], q.Class+" "
+		}
 		r, _, err := c.Exchange(m, d.Addr)
 		host, port, _ := net.SplitHostPort(d.Addr)
-		fmt.Fprintf(w, "\n$ dig @%s -p %s %s %s +short\n", host, port, q.Type, q.Name)
+		fmt.Fprintf(w, "\n$ dig @%s -p %s %s%s %s +short\n", host, port, class, q.Type, q.Name)
 		if err != nil {
 			fmt.Fprintf(w, "  (error: %v)\n", err)
 			continue

@@ -22,8 +22,13 @@ func TestDemo(t *testing.T) {
 	must(t, d.WaitAnswers(ctx))
 	var shown strings.Builder
 	d.Show(&shown)
+	// Local pods first, in an order that rotates.
+	_, after, _ := strings.Cut(shown.String(), "A foo.global +short\n")
+	if first := strings.Fields(after); len(first) < 3 || !sameSet(first[:3], []string{"10.244.1.10", "10.244.2.11", "10.244.1.12"}) {
+		t.Errorf("the demo does not show the local pods first:\n%s", shown.String())
+	}
 	for _, want := range []string{
-		"A foo.global +short\n  10.244.1.10\n  10.244.2.11\n  10.244.1.12\n", // local pods first
+		"CH TXT foo.db.global +short\n  \"service=db/foo records=7 left-out=0 synced=true",
 		"SRV _tcp-db._tcp.foo.db.global +short\n  0 33 5432 foo-0.east.foo.db.global.\n",
 		"2 50 5432 foo-0.west.foo.db.global.\n",
 		"3 50 5432 foo-1.north.foo.db.global.\n",
