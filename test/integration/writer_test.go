@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -105,6 +107,25 @@ func versions(t *testing.T, ns string) map[string]string {
 	}
 	return out
 }
+
+// counter returns one counter sample of c's /metrics as a number: 0 while absent (nothing counted).
+func counter(t *testing.T, c *harness.CoreDNS, sample string) float64 {
+	t.Helper()
+	v := metric(t, c, sample)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	must(t, err)
+	return n
+}
+
+// The writer's counters the tests read.
+const (
+	syncedOK     = `coredns_global_writer_syncs_total{result="success"}`
+	syncedClash  = `coredns_global_writer_syncs_total{result="conflict"}`
+	wroteUpdates = `coredns_global_endpointslice_changes_total{operation="update"}`
+)
 
 // metric returns the value of one sample line of c's /metrics, "" when absent.
 func metric(t *testing.T, c *harness.CoreDNS, sample string) string {
@@ -333,6 +354,7 @@ func TestWriterWritesLittle(t *testing.T) {
 	westGen := sl["foo-global-west-ipv4-0"].Generation
 
 	// west's foo-1 becomes not ready (Linkerd drops it): only west's slice is written, once.
+	updates := counter(t, c, wroteUpdates)
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, false))
 	must(t, err)
 	eventually(t, "west's slice to drop foo-1", func() error {
@@ -340,9 +362,15 @@ func TestWriterWritesLittle(t *testing.T) {
 		if eps := sl["foo-global-west-ipv4-0"].Endpoints; len(eps) != 1 || *eps[0].Hostname != "foo-0-west" {
 			return fmt.Errorf("slices:\n%s", describeAll(sl))
 		}
+		if counter(t, c, wroteUpdates) <= updates {
+			return fmt.Errorf("the update is not counted yet")
+		}
 		return nil
 	})
-	time.Sleep(2 * time.Second) // room for any extra write to show
+	afterSync(t, c, ns, "foo-global-west-ipv4-0")
+	if n := counter(t, c, wroteUpdates); n != updates+1 {
+		t.Errorf("%v updates for one endpoint change, want 1", n-updates)
+	}
 	after := versions(t, ns)
 	for name, rv := range before {
 		if changed := after[name] != rv; changed != (name == "foo-global-west-ipv4-0") {
@@ -357,13 +385,14 @@ func TestWriterWritesLittle(t *testing.T) {
 	c.Stop()
 	before = versions(t, ns)
 	c = harness.StartCoreDNS(t, cp, tmpl)
+	// The term's first sync of foo runs on full caches (the term waits for them) and counts its
+	// writes before itself: once it is counted, whatever a restart would write has been written.
 	eventually(t, "the new process to lead and sync", func() error {
-		if metric(t, c, "coredns_global_leader") != "1" || metric(t, c, `coredns_global_writer_syncs_total{result="success"}`) == "" {
-			return fmt.Errorf("leader %q, syncs %q", metric(t, c, "coredns_global_leader"), metric(t, c, `coredns_global_writer_syncs_total{result="success"}`))
+		if metric(t, c, "coredns_global_leader") != "1" || metric(t, c, syncedOK) == "" {
+			return fmt.Errorf("leader %q, syncs %q", metric(t, c, "coredns_global_leader"), metric(t, c, syncedOK))
 		}
 		return nil
 	})
-	time.Sleep(2 * time.Second)
 	if after := versions(t, ns); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("a restart with nothing changed wrote:\n%v\n%v", before, after)
 	}
@@ -427,11 +456,19 @@ func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
 	})
 	must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
 
-	// More changes, more chances to touch it.
+	// More changes, more chances to touch it: once DNS answers the change, the index has queued
+	// foo for the writer, and a sync of it that ends in the conflict again is the evidence that
+	// the writer looked at the change.
+	clashes := counter(t, c, syncedClash)
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true))
 	must(t, err)
 	eventuallyExpect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+harnessIP(t, ns, "foo-1-west"))
-	time.Sleep(2 * time.Second)
+	eventually(t, "a sync of the change", func() error {
+		if n := counter(t, c, syncedClash); n <= clashes {
+			return fmt.Errorf("%v conflicting syncs, want more than %v", n, clashes)
+		}
+		return nil
+	})
 	now, err := client().CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
 	must(t, err)
 	after, err := json.Marshal(now)
@@ -448,6 +485,28 @@ func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
 	if n := strings.Count(c.Logs(), "is not managed by coredns-global"); n != 1 {
 		t.Errorf("the conflict is logged %d times, want once", n)
 	}
+}
+
+// afterSync waits, instead of pausing, for evidence that the writer has processed everything up
+// to now, the echoes of its own writes included: a sync of ns's foo that succeeds after this call.
+// One is sure to come: the test annotates slice, one of our objects, and every event on those
+// queues their global service (the writer manages no annotations, so it writes nothing for it).
+// A sync that starts after our last write succeeds only with that write's echo in its cache
+// (until then the stale-cache guard fails it as stale), so any write the echo would cause has been
+// made, and counted, when it ends. Call it once the writes it follows are counted.
+func afterSync(t *testing.T, c *harness.CoreDNS, ns, slice string) {
+	t.Helper()
+	ctx := context.Background()
+	synced := counter(t, c, syncedOK)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.globaldns.io/marker":"%d"}}}`, time.Now().UnixNano())
+	_, err := client().DiscoveryV1().EndpointSlices(ns).Patch(ctx, slice, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err)
+	eventually(t, "a sync after the marker", func() error {
+		if n := counter(t, c, syncedOK); n <= synced {
+			return fmt.Errorf("%v successful syncs, want more than %v", n, synced)
+		}
+		return nil
+	})
 }
 
 // harnessIP returns the ClusterIP of a per-pod mirror Service.
