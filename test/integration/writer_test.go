@@ -614,3 +614,58 @@ func dnsLoad(c *harness.CoreDNS, qname string) func() (sent, failed int64) {
 		return s.Load(), f.Load()
 	}
 }
+
+// TestWriterTerminatingNamespace: in a namespace being deleted, the API refuses every create; the
+// writer drops the global service, as Kubernetes' EndpointSlice reconcilers do, instead of warning
+// and retrying until the namespace is gone. A finalizer on the mirror holds the namespace in
+// Terminating with the global service still in the index.
+func TestWriterTerminatingNamespace(t *testing.T) {
+	ctx := context.Background()
+	ns, leases := namespace(t), namespace(t) // the lease must outlive ns
+	m := mirror(ns, "west", true)
+	_, err := harness.CreateMirror(ctx, client(), m)
+	must(t, err)
+	const hold = "test.globaldns.io/hold"
+	setFinalizers := func(f ...string) {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			svc, err := client().CoreV1().Services(ns).Get(ctx, "foo-west", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			svc.Finalizers = f
+			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+			return err
+		})
+		must(t, err)
+	}
+	setFinalizers(hold)
+	t.Cleanup(func() { setFinalizers() }) // let the namespace go
+
+	corefile := strings.Replace(fmt.Sprintf(writerCorefile, ns), "lease "+ns+" writer", "lease "+leases+" writer", 1)
+	c := harness.StartCoreDNS(t, cp, corefile)
+	eventually(t, "the written Service", func() error {
+		if svc, sl := written(t, ns); svc == nil || len(sl) != 1 {
+			return fmt.Errorf("service %v, %d slices", svc != nil, len(sl))
+		}
+		return nil
+	})
+
+	// The namespace controller deletes what it can, our Service included; the mirror stays.
+	must(t, client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	eventually(t, "the global service dropped", func() error {
+		if v := metric(t, c, `coredns_global_writer_syncs_total{result="terminating"}`); v == "" {
+			return fmt.Errorf("not dropped; errors %q", metric(t, c, `coredns_global_writer_syncs_total{result="error"}`))
+		}
+		return nil
+	})
+	if v := metric(t, c, `coredns_global_writer_syncs_total{result="error"}`); v != "" {
+		t.Errorf("%s syncs failed in a terminating namespace", v)
+	}
+	logs := c.Logs()
+	if n := strings.Count(logs, "namespace "+ns+" is terminating"); n != 1 {
+		t.Errorf("the terminating namespace is logged %d times, want once", n)
+	}
+	if strings.Contains(logs, "[WARNING] plugin/global: writer:") {
+		t.Errorf("the writer warned:\n%s", logs)
+	}
+}

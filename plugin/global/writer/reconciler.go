@@ -26,7 +26,19 @@ var (
 	errStale = errors.New("cache is stale")
 	// errConflict: an object we do not manage holds one of our names; it is left alone.
 	errConflict = errors.New("name taken by an object not managed by " + ManagedBy)
+	// errTerminating: the namespace is being deleted, and the API refuses every create in it
+	// until it is gone, with its global services. Retrying is pointless: the global service is
+	// dropped, as Kubernetes' EndpointSlice reconcilers drop theirs.
+	errTerminating = errors.New("namespace is terminating")
 )
+
+// refused turns a create refused because the namespace is being deleted into errTerminating.
+func refused(err error) error {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return fmt.Errorf("%w: %w", errTerminating, err)
+	}
+	return err
+}
 
 // reconciler writes one global service's Service and EndpointSlices from the index, the way
 // Kubernetes' EndpointSliceMirroring reconciler does: from the full desired state, comparing
@@ -96,7 +108,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 				return api.Get(ctx, want.Name, metav1.GetOptions{})
 			})
 		}
-		return created, r.counted("create", err)
+		return created, refused(r.counted("create", err))
 	}
 	if serviceUpToDate(have, want) {
 		return have, nil
@@ -247,7 +259,7 @@ func (r *reconciler) createSlice(ctx context.Context, k index.Key, want *discove
 	if err == nil {
 		r.tracker.wrote(created)
 	}
-	return r.counted("create", err)
+	return refused(r.counted("create", err))
 }
 
 // updateSlice writes want over have when they differ, with have's resourceVersion: a concurrent
