@@ -41,6 +41,8 @@ type Global struct {
 	writer         *writer.Writer
 	election       writer.Election
 	electionClient kubernetes.Interface
+	// With `endpointslices off`: reports what an earlier writer left (writer.Leftovers).
+	leftovers func(context.Context)
 
 	cancel   context.CancelFunc // stops the watcher, the index and the writer's informers
 	campaign context.CancelFunc // ends the campaign for the lease, releasing it
@@ -68,6 +70,10 @@ func (g *Global) OnStartup() error {
 			log.Errorf("watch: %v", err)
 		}
 	}()
+	if g.leftovers != nil {
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.leftovers(ctx) }()
+	}
 	if g.writer != nil {
 		g.writer.Start(ctx)
 		var campaign context.Context

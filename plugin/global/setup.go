@@ -1,6 +1,7 @@
 package global
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -102,7 +103,10 @@ func (cfg *config) build() (*Global, error) {
 	g.Zones, g.ttl, g.startupTimeout, g.preferNamespaces = cfg.zones, cfg.ttl, cfg.startupTimeout, cfg.preferNamespaces
 	g.watcher = w
 	g.index = index.New(&cfg.topology, w)
-	if cfg.write {
+	cfg.writer.Owner = writer.Owner(cfg.election.Namespace, cfg.election.Name)
+	if !cfg.write {
+		g.leftovers = func(ctx context.Context) { writer.Leftovers(ctx, client, cfg.namespaces, cfg.writer.Owner) }
+	} else {
 		// The writer (its writes, its Events, the informers on its own objects) has a client of
 		// its own, so a token bucket of its own at the same rate: a large first sync queues a
 		// write per object, and the watches' lists must not wait behind them.

@@ -173,7 +173,9 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 		svc.Spec.Ports[0].Name != "db" || svc.Spec.Ports[0].Port != 5432 {
 		t.Errorf("Service spec %+v", svc.Spec)
 	}
-	if svc.Labels["app.kubernetes.io/managed-by"] != "coredns-global" || svc.Labels["globaldns.io/global-service"] != "foo" {
+	// The writer is the lease: writerCorefile's is <ns>/writer.
+	if svc.Labels["app.kubernetes.io/managed-by"] != "coredns-global" || svc.Labels["globaldns.io/global-service"] != "foo" ||
+		svc.Labels["globaldns.io/writer"] != ns+".writer" {
 		t.Errorf("Service labels %v", svc.Labels)
 	}
 	for name, es := range sl {
@@ -184,6 +186,7 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 			"app.kubernetes.io/managed-by":           "coredns-global",
 			"globaldns.io/global-service":            "foo",
 			"globaldns.io/source-cluster":            cluster,
+			"globaldns.io/writer":                    ns + ".writer",
 		}
 		if fmt.Sprint(es.Labels) != fmt.Sprint(wantLabels) {
 			t.Errorf("%s labels %v, want %v", name, es.Labels, wantLabels)
