@@ -47,6 +47,8 @@ type Global struct {
 	electionClient kubernetes.Interface
 	identity       string                 // this replica's in the election
 	leader         atomic.Pointer[string] // the writer's last known leader
+	// With `endpointslices off`: reports what an earlier writer left (writer.Leftovers).
+	leftovers func(context.Context)
 
 	cancel   context.CancelFunc // stops the watcher, the index and the writer's informers
 	campaign context.CancelFunc // ends the campaign for the lease, releasing it
@@ -74,6 +76,10 @@ func (g *Global) OnStartup() error {
 			log.Errorf("watch: %v", err)
 		}
 	}()
+	if g.leftovers != nil {
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.leftovers(ctx) }()
+	}
 	if g.writer != nil {
 		g.identity = writer.Identity()
 		g.writer.Start(ctx)

@@ -1,6 +1,7 @@
 package global
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -41,7 +42,8 @@ const (
 	defaultTTL            = 5
 	defaultStartupTimeout = 5 * time.Second
 	maxTopologyKeys       = 16
-	// API client rate: the writer's first sync of a large mesh is thousands of writes.
+	// API client rate, of the watches' client and of the writer's, each: the writer's first sync
+	// of a large mesh is thousands of writes.
 	defaultQPS    = 50
 	defaultBurst  = 100
 	writerWorkers = 4
@@ -106,16 +108,29 @@ func (cfg *config) build() (*Global, error) {
 	g.Zones, g.ttl, g.startupTimeout, g.preferNamespaces = cfg.zones, cfg.ttl, cfg.startupTimeout, cfg.preferNamespaces
 	g.watcher = w
 	g.index = index.New(&cfg.topology, w)
-	if cfg.write {
-		// The lease has a client of its own whose requests time out: a renewal or release that
-		// hangs must not keep a replica that lost the lease writing.
+	cfg.writer.Owner = writer.Owner(cfg.election.Namespace, cfg.election.Name)
+	if !cfg.write {
+		g.leftovers = func(ctx context.Context) { writer.Leftovers(ctx, client, cfg.namespaces, cfg.writer.Owner) }
+	} else {
+		// The writer (its writes, its Events, the informers on its own objects) has a client of
+		// its own, so a token bucket of its own at the same rate: a large first sync queues a
+		// write per object, and the watches' lists must not wait behind them.
+		wclient, err := kubernetes.NewForConfig(rest.CopyConfig(rc))
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		// So has the lease, whose requests time out: a renewal or release that hangs must not
+		// keep a replica that lost the lease writing. It is not rate-limited: the elector makes
+		// one request at a time, at most two per lease_retry_period, and a renewal that waited
+		// on a low apiserver_qps would lose the lease.
 		erc := rest.CopyConfig(rc)
 		erc.Timeout = cfg.election.RetryPeriod
+		erc.QPS = -1
 		if g.electionClient, err = kubernetes.NewForConfig(erc); err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
 		cfg.writer.Topology = &cfg.topology
-		g.writer = writer.New(client, g.index, cfg.namespaces, cfg.writer)
+		g.writer = writer.New(wclient, g.index, cfg.namespaces, cfg.writer)
 		g.election = cfg.election
 	}
 	return g, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -107,6 +109,25 @@ func versions(t *testing.T, ns string) map[string]string {
 	return out
 }
 
+// counter returns one counter sample of c's /metrics as a number: 0 while absent (nothing counted).
+func counter(t *testing.T, c *harness.CoreDNS, sample string) float64 {
+	t.Helper()
+	v := metric(t, c, sample)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	must(t, err)
+	return n
+}
+
+// The writer's counters the tests read.
+const (
+	syncedOK     = `coredns_global_writer_syncs_total{result="success"}`
+	syncedClash  = `coredns_global_writer_syncs_total{result="conflict"}`
+	wroteUpdates = `coredns_global_endpointslice_changes_total{operation="update"}`
+)
+
 // metric returns the value of one sample line of c's /metrics, "" when absent.
 func metric(t *testing.T, c *harness.CoreDNS, sample string) string {
 	t.Helper()
@@ -153,7 +174,9 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 		svc.Spec.Ports[0].Name != "db" || svc.Spec.Ports[0].Port != 5432 {
 		t.Errorf("Service spec %+v", svc.Spec)
 	}
-	if svc.Labels["app.kubernetes.io/managed-by"] != "coredns-global" || svc.Labels["globaldns.io/global-service"] != "foo" {
+	// The writer is the lease: writerCorefile's is <ns>/writer.
+	if svc.Labels["app.kubernetes.io/managed-by"] != "coredns-global" || svc.Labels["globaldns.io/global-service"] != "foo" ||
+		svc.Labels["globaldns.io/writer"] != ns+".writer" {
 		t.Errorf("Service labels %v", svc.Labels)
 	}
 	for name, es := range sl {
@@ -164,6 +187,7 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 			"app.kubernetes.io/managed-by":           "coredns-global",
 			"globaldns.io/global-service":            "foo",
 			"globaldns.io/source-cluster":            cluster,
+			"globaldns.io/writer":                    ns + ".writer",
 		}
 		if fmt.Sprint(es.Labels) != fmt.Sprint(wantLabels) {
 			t.Errorf("%s labels %v, want %v", name, es.Labels, wantLabels)
@@ -334,6 +358,7 @@ func TestWriterWritesLittle(t *testing.T) {
 	westGen := sl["foo-global-west-ipv4-0"].Generation
 
 	// west's foo-1 becomes not ready (Linkerd drops it): only west's slice is written, once.
+	updates := counter(t, c, wroteUpdates)
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, false))
 	must(t, err)
 	eventually(t, "west's slice to drop foo-1", func() error {
@@ -341,9 +366,15 @@ func TestWriterWritesLittle(t *testing.T) {
 		if eps := sl["foo-global-west-ipv4-0"].Endpoints; len(eps) != 1 || *eps[0].Hostname != "foo-0-west" {
 			return fmt.Errorf("slices:\n%s", describeAll(sl))
 		}
+		if counter(t, c, wroteUpdates) <= updates {
+			return fmt.Errorf("the update is not counted yet")
+		}
 		return nil
 	})
-	time.Sleep(2 * time.Second) // room for any extra write to show
+	afterSync(t, c, ns, "foo-global-west-ipv4-0")
+	if n := counter(t, c, wroteUpdates); n != updates+1 {
+		t.Errorf("%v updates for one endpoint change, want 1", n-updates)
+	}
 	after := versions(t, ns)
 	for name, rv := range before {
 		if changed := after[name] != rv; changed != (name == "foo-global-west-ipv4-0") {
@@ -358,13 +389,14 @@ func TestWriterWritesLittle(t *testing.T) {
 	c.Stop()
 	before = versions(t, ns)
 	c = harness.StartCoreDNS(t, cp, tmpl)
+	// The term's first sync of foo runs on full caches (the term waits for them) and counts its
+	// writes before itself: once it is counted, whatever a restart would write has been written.
 	eventually(t, "the new process to lead and sync", func() error {
-		if metric(t, c, "coredns_global_leader") != "1" || metric(t, c, `coredns_global_writer_syncs_total{result="success"}`) == "" {
-			return fmt.Errorf("leader %q, syncs %q", metric(t, c, "coredns_global_leader"), metric(t, c, `coredns_global_writer_syncs_total{result="success"}`))
+		if metric(t, c, "coredns_global_leader") != "1" || metric(t, c, syncedOK) == "" {
+			return fmt.Errorf("leader %q, syncs %q", metric(t, c, "coredns_global_leader"), metric(t, c, syncedOK))
 		}
 		return nil
 	})
-	time.Sleep(2 * time.Second)
 	if after := versions(t, ns); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("a restart with nothing changed wrote:\n%v\n%v", before, after)
 	}
@@ -428,11 +460,19 @@ func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
 	})
 	must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
 
-	// More changes, more chances to touch it.
+	// More changes, more chances to touch it: once DNS answers the change, the index has queued
+	// foo for the writer, and a sync of it that ends in the conflict again is the evidence that
+	// the writer looked at the change.
+	clashes := counter(t, c, syncedClash)
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true))
 	must(t, err)
 	eventuallyExpect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+harnessIP(t, ns, "foo-1-west"))
-	time.Sleep(2 * time.Second)
+	eventually(t, "a sync of the change", func() error {
+		if n := counter(t, c, syncedClash); n <= clashes {
+			return fmt.Errorf("%v conflicting syncs, want more than %v", n, clashes)
+		}
+		return nil
+	})
 	now, err := client().CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
 	must(t, err)
 	after, err := json.Marshal(now)
@@ -449,6 +489,28 @@ func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
 	if n := strings.Count(c.Logs(), "is not managed by coredns-global"); n != 1 {
 		t.Errorf("the conflict is logged %d times, want once", n)
 	}
+}
+
+// afterSync waits, instead of pausing, for evidence that the writer has processed everything up
+// to now, the echoes of its own writes included: a sync of ns's foo that succeeds after this call.
+// One is sure to come: the test annotates slice, one of our objects, and every event on those
+// queues their global service (the writer manages no annotations, so it writes nothing for it).
+// A sync that starts after our last write succeeds only with that write's echo in its cache
+// (until then the stale-cache guard fails it as stale), so any write the echo would cause has been
+// made, and counted, when it ends. Call it once the writes it follows are counted.
+func afterSync(t *testing.T, c *harness.CoreDNS, ns, slice string) {
+	t.Helper()
+	ctx := context.Background()
+	synced := counter(t, c, syncedOK)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.globaldns.io/marker":"%d"}}}`, time.Now().UnixNano())
+	_, err := client().DiscoveryV1().EndpointSlices(ns).Patch(ctx, slice, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err)
+	eventually(t, "a sync after the marker", func() error {
+		if n := counter(t, c, syncedOK); n <= synced {
+			return fmt.Errorf("%v successful syncs, want more than %v", n, synced)
+		}
+		return nil
+	})
 }
 
 // harnessIP returns the ClusterIP of a per-pod mirror Service.
@@ -554,5 +616,60 @@ func dnsLoad(c *harness.CoreDNS, qname string) func() (sent, failed int64) {
 		close(stop)
 		<-done
 		return s.Load(), f.Load()
+	}
+}
+
+// TestWriterTerminatingNamespace: in a namespace being deleted, the API refuses every create; the
+// writer drops the global service, as Kubernetes' EndpointSlice reconcilers do, instead of warning
+// and retrying until the namespace is gone. A finalizer on the mirror holds the namespace in
+// Terminating with the global service still in the index.
+func TestWriterTerminatingNamespace(t *testing.T) {
+	ctx := context.Background()
+	ns, leases := namespace(t), namespace(t) // the lease must outlive ns
+	m := mirror(ns, "west", true)
+	_, err := harness.CreateMirror(ctx, client(), m)
+	must(t, err)
+	const hold = "test.globaldns.io/hold"
+	setFinalizers := func(f ...string) {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			svc, err := client().CoreV1().Services(ns).Get(ctx, "foo-west", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			svc.Finalizers = f
+			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+			return err
+		})
+		must(t, err)
+	}
+	setFinalizers(hold)
+	t.Cleanup(func() { setFinalizers() }) // let the namespace go
+
+	corefile := strings.Replace(fmt.Sprintf(writerCorefile, ns), "lease "+ns+" writer", "lease "+leases+" writer", 1)
+	c := harness.StartCoreDNS(t, cp, corefile)
+	eventually(t, "the written Service", func() error {
+		if svc, sl := written(t, ns); svc == nil || len(sl) != 1 {
+			return fmt.Errorf("service %v, %d slices", svc != nil, len(sl))
+		}
+		return nil
+	})
+
+	// The namespace controller deletes what it can, our Service included; the mirror stays.
+	must(t, client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	eventually(t, "the global service dropped", func() error {
+		if v := metric(t, c, `coredns_global_writer_syncs_total{result="terminating"}`); v == "" {
+			return fmt.Errorf("not dropped; errors %q", metric(t, c, `coredns_global_writer_syncs_total{result="error"}`))
+		}
+		return nil
+	})
+	if v := metric(t, c, `coredns_global_writer_syncs_total{result="error"}`); v != "" {
+		t.Errorf("%s syncs failed in a terminating namespace", v)
+	}
+	logs := c.Logs()
+	if n := strings.Count(logs, "namespace "+ns+" is terminating"); n != 1 {
+		t.Errorf("the terminating namespace is logged %d times, want once", n)
+	}
+	if strings.Contains(logs, "[WARNING] plugin/global: writer:") {
+		t.Errorf("the writer warned:\n%s", logs)
 	}
 }

@@ -14,20 +14,26 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 )
 
-// What marks the objects the writer manages. Only objects carrying these labels are ever updated
-// or deleted; anything else in the way is reported and left alone.
+// What marks the objects the writer manages. Only objects carrying these labels, with this
+// writer's LabelWriter, are ever updated or deleted; anything else in the way is reported and left
+// alone.
 const (
 	Domain = "globaldns.io"
 	// LabelService names the global service an object is written for (on the Service and slices).
 	LabelService = Domain + "/global-service"
 	// LabelCluster names the member cluster whose endpoints a slice holds.
 	LabelCluster = Domain + "/source-cluster"
-	// LabelManagedBy and ManagedBy mark the Service (and slices) as ours, the Kubernetes way.
+	// LabelManagedBy and ManagedBy mark the Service (and slices) as written by this plugin, the
+	// Kubernetes way.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "coredns-global"
+	// LabelWriter names the writer that owns an object (see Owner): another deployment of the
+	// plugin, with a lease of its own, may write objects with the labels above too.
+	LabelWriter = Domain + "/writer"
 	// ControllerName is our value of endpointslice.kubernetes.io/managed-by.
 	ControllerName = "global." + Domain
 
@@ -56,7 +62,7 @@ type endpoint struct {
 // protocol: a port joins only when neither is taken, so the first member to have it wins (members
 // are in index order: the local Service first, then the mirrors by cluster name). Linked clusters
 // that renamed a port (db:5432 here, postgres:5432 there) thus still get one valid Service.
-func desiredService(s *index.Service, name string) *corev1.Service {
+func desiredService(s *index.Service, name, owner string) *corev1.Service {
 	var ports []corev1.ServicePort
 	for _, m := range s.Members {
 		for _, p := range m.Ports {
@@ -72,13 +78,34 @@ func desiredService(s *index.Service, name string) *corev1.Service {
 		ports = slices.DeleteFunc(ports, func(p corev1.ServicePort) bool { return p.Name == "" })
 	}
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name, Labels: ownLabels(s.Name)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name, Labels: ownLabels(s.Name, owner)},
 		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: ports},
 	}
 }
 
-func ownLabels(service string) map[string]string {
-	return map[string]string{LabelManagedBy: ManagedBy, LabelService: service}
+// Owner is the LabelWriter value of the writer elected on Lease namespace/name, <namespace>.<name>
+// (shortened with a hash when longer than a label value may be). The replicas that share a lease
+// are one writer: they write in turn, and must share the settings that decide what is written.
+func Owner(namespace, name string) string {
+	v := namespace + "." + name
+	if len(v) > validation.LabelValueMaxLength {
+		v = hashed(v, v, validation.LabelValueMaxLength)
+	}
+	return v
+}
+
+// ownLabels are the labels of everything owner writes for global service service.
+func ownLabels(service, owner string) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelService: service, LabelWriter: owner}
+}
+
+// ServiceSelector and SliceSelector select the Services and EndpointSlices owner wrote.
+func ServiceSelector(owner string) string {
+	return LabelManagedBy + "=" + ManagedBy + "," + LabelWriter + "=" + owner
+}
+
+func SliceSelector(owner string) string {
+	return discoveryv1.LabelManagedBy + "=" + ControllerName + "," + ServiceSelector(owner)
 }
 
 // desiredEndpoints returns every endpoint of s, ready or not, by group.

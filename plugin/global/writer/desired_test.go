@@ -147,7 +147,7 @@ func TestDesired(t *testing.T) {
 		indextest.Slice([]index.Port{{Name: "db", Port: 15432, Protocol: "TCP"}}, indextest.NotReady(indextest.Endpoint("foo-0", "10.96.0.1"))))
 	s := indextest.Topology().Build(k, src)
 
-	svc := desiredService(s, "foo-global")
+	svc := desiredService(s, "foo-global", testOwner)
 	var ports []string
 	for _, p := range svc.Spec.Ports {
 		ports = append(ports, fmt.Sprintf("%s:%d/%s>%s", p.Name, p.Port, p.Protocol, p.TargetPort.String()))
@@ -156,7 +156,7 @@ func TestDesired(t *testing.T) {
 		!slices.Equal(ports, []string{"db:5432/TCP>5432", "admin:8080/TCP>8080", "metrics:9000/TCP>9000", "stats:8080/UDP>8080"}) {
 		t.Errorf("service %+v ports %v", svc.Spec, ports)
 	}
-	if svc.Labels[LabelManagedBy] != ManagedBy || svc.Labels[LabelService] != "foo" {
+	if svc.Labels[LabelManagedBy] != ManagedBy || svc.Labels[LabelService] != "foo" || svc.Labels[LabelWriter] != testOwner {
 		t.Errorf("labels %v", svc.Labels)
 	}
 
@@ -179,5 +179,21 @@ func TestDesired(t *testing.T) {
 	}
 	if p := west[0].ports; len(p) != 1 || *p[0].Port != 5432 || *p[0].Name != "db" || ptr.Deref(p[0].Protocol, "") != corev1.ProtocolTCP {
 		t.Errorf("mirror slice ports %v: want the mirror Service's port", p)
+	}
+}
+
+func TestOwnerIsALabelValue(t *testing.T) {
+	long := strings.Repeat("lease.", 40) + "x"
+	for _, c := range []struct{ ns, name, want string }{
+		{"kube-system", "coredns-global-writer", "kube-system.coredns-global-writer"},
+		{"coredns-global", long, ""},
+	} {
+		got := Owner(c.ns, c.name)
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 || (c.want != "" && got != c.want) || got != Owner(c.ns, c.name) {
+			t.Errorf("Owner(%s, %s) = %q: %v", c.ns, c.name, got, errs)
+		}
+	}
+	if Owner("a", long) == Owner("a", long+"y") {
+		t.Error("two long leases share an owner")
 	}
 }

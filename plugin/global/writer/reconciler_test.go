@@ -3,6 +3,8 @@ package writer
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -10,6 +12,7 @@ import (
 	"github.com/globaldns/global/plugin/global/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,16 +24,26 @@ import (
 
 // The client-go fake stands in for the API here, with the store fed by hand: enough for the
 // reconciler's decisions. The real API server proves the writes (test/integration).
+const testOwner = "kube-system.coredns-global-writer"
+
 func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 	client := fake.NewClientset(objs...)
-	st := newStore(client, nil)
+	st := newStore(client, nil, testOwner)
+	// The store holds what its label selectors would let in.
 	for _, o := range objs {
-		if es, ok := o.(*discoveryv1.EndpointSlice); ok && owned(es.Labels) {
-			st.scopes[""].slices.GetStore().Add(es)
+		m, _ := o.(metav1.Object)
+		if m == nil || m.GetLabels()[LabelManagedBy] != ManagedBy || m.GetLabels()[LabelWriter] != testOwner {
+			continue
+		}
+		switch o.(type) {
+		case *discoveryv1.EndpointSlice:
+			st.scopes[""].slices.GetStore().Add(o)
+		case *corev1.Service:
+			st.scopes[""].services.GetStore().Add(o)
 		}
 	}
 	return &reconciler{
-		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology()},
+		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology(), Owner: testOwner},
 		client: client, store: st, tracker: newTracker(), conflicts: &conflicts{active: map[index.Key]string{}},
 	}, client
 }
@@ -166,5 +179,51 @@ func TestProcessTreatsAPIConflictAsStale(t *testing.T) {
 	}
 	if q.NumRequeues(s.Key) != 1 {
 		t.Errorf("requeues %d, want 1", q.NumRequeues(s.Key))
+	}
+}
+
+// Objects this writer wrote under another service_suffix are found by their labels and deleted
+// once the current ones are written; another writer's object at one of our names is a conflict,
+// left alone.
+func TestReconcilerOwnership(t *testing.T) {
+	labels := func(owner string) map[string]string {
+		l := ownLabels("foo", owner)
+		l[discoveryv1.LabelManagedBy] = ControllerName
+		l[discoveryv1.LabelServiceName] = "foo-old"
+		return l
+	}
+	oldService := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "foo-old", UID: "1", Labels: ownLabels("foo", testOwner)}}
+	oldSlice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "foo-old-west-ipv4-0", UID: "2", Labels: labels(testOwner)}}
+	theirs := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "foo-old-west-ipv4-1", UID: "3", Labels: labels("other.writer")}}
+	r, client := newTestReconciler(oldService, oldSlice, theirs)
+	s := westService()
+	if err := r.sync(context.Background(), s.Key, s); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			got = append(got, "create "+a.GetObject().(metav1.Object).GetName())
+		case k8stesting.DeleteAction:
+			got = append(got, "delete "+a.GetName())
+		}
+	}
+	want := []string{"create foo-global", "create foo-global-west-ipv4-0", "delete foo-old-west-ipv4-0", "delete foo-old"}
+	if !slices.Equal(got, want) {
+		t.Errorf("writes %v, want %v", got, want)
+	}
+
+	// Another writer's Service at our name.
+	theirService := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "foo-global", Labels: ownLabels("foo", "other.writer")}}
+	r, client = newTestReconciler(theirService)
+	if err := r.sync(context.Background(), s.Key, s); !errors.Is(err, errConflict) {
+		t.Fatalf("sync: %v, want a conflict", err)
+	}
+	if n := writes(client); n != 1 { // the refused create
+		t.Errorf("%d writes, want the one refused create: %v", n, client.Actions())
+	}
+	if c := r.conflicts.active[s.Key]; !strings.Contains(c, "belongs to another writer") {
+		t.Errorf("conflict %q", c)
 	}
 }

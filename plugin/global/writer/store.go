@@ -11,8 +11,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// store is the writer's view of what it wrote: informers on our Services and EndpointSlices only
-// (label-selected), per watched namespace. It runs on every replica, so a new leader starts warm.
+// store is the writer's view of what it wrote: informers on its own Services and EndpointSlices
+// only (selected by our labels and this writer's LabelWriter), per watched namespace. It runs on
+// every replica, so a new leader starts warm.
 type store struct {
 	factories []informers.SharedInformerFactory
 	scopes    map[string]*scoped // "" when watching all namespaces
@@ -22,9 +23,12 @@ type scoped struct {
 	services, slices cache.SharedIndexInformer
 }
 
-const byService = "service" // slices by namespace/kubernetes.io/service-name
+// byGlobal indexes our objects by the global service they were written for, namespace/name,
+// whatever their own names: objects written under other settings (another service_suffix) are
+// found, and deleted, with the global service's.
+const byGlobal = "global"
 
-func newStore(client kubernetes.Interface, namespaces []string) *store {
+func newStore(client kubernetes.Interface, namespaces []string, owner string) *store {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
@@ -38,17 +42,18 @@ func newStore(client kubernetes.Interface, namespaces []string) *store {
 			return f
 		}
 		sc := &scoped{
-			services: factory(LabelManagedBy + "=" + ManagedBy).Core().V1().Services().Informer(),
-			slices:   factory(discoveryv1.LabelManagedBy + "=" + ControllerName).Discovery().V1().EndpointSlices().Informer(),
+			services: factory(ServiceSelector(owner)).Core().V1().Services().Informer(),
+			slices:   factory(SliceSelector(owner)).Discovery().V1().EndpointSlices().Informer(),
 		}
-		if err := sc.slices.AddIndexers(cache.Indexers{byService: func(obj any) ([]string, error) {
-			es, ok := obj.(*discoveryv1.EndpointSlice)
-			if !ok {
+		for _, inf := range []cache.SharedIndexInformer{sc.services, sc.slices} {
+			if err := inf.AddIndexers(cache.Indexers{byGlobal: func(obj any) ([]string, error) {
+				if k, ok := keyOf(obj); ok {
+					return []string{k.String()}, nil
+				}
 				return nil, nil
+			}}); err != nil {
+				panic(err) // only fails once the informer runs
 			}
-			return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
-		}}); err != nil {
-			panic(err) // only fails once the informer runs
 		}
 		c.scopes[ns] = sc
 	}
@@ -70,17 +75,18 @@ func (c *store) scope(ns string) *scoped {
 	return c.scopes[ns]
 }
 
-// get returns our Service `name` in ns and its slices, as cached.
-func (c *store) get(ns, name string) existing {
-	sc := c.scope(ns)
+// get returns every object of ours written for global service k, as cached.
+func (c *store) get(k index.Key) existing {
+	sc := c.scope(k.Namespace)
 	if sc == nil {
 		return existing{}
 	}
 	var out existing
-	if obj, ok, _ := sc.services.GetStore().GetByKey(ns + "/" + name); ok {
-		out.service = obj.(*corev1.Service)
+	objs, _ := sc.services.GetIndexer().ByIndex(byGlobal, k.String())
+	for _, obj := range objs {
+		out.services = append(out.services, obj.(*corev1.Service))
 	}
-	objs, _ := sc.slices.GetIndexer().ByIndex(byService, ns+"/"+name)
+	objs, _ = sc.slices.GetIndexer().ByIndex(byGlobal, k.String())
 	for _, obj := range objs {
 		out.slices = append(out.slices, obj.(*discoveryv1.EndpointSlice))
 	}

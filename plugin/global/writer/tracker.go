@@ -11,7 +11,10 @@ import (
 
 // tracker is the stale-cache guard of Kubernetes' EndpointSlice controllers: it remembers every
 // slice we wrote until the informer shows the write, so a sync never acts on a cache that lacks
-// our own last write (it would rewrite, or fail on, what we just wrote).
+// our own last write (it would rewrite, or fail on, what we just wrote). It is not
+// k8s.io/endpointslice's EndpointSliceTracker: that one groups slices by their service-name label,
+// while a global service's slices may belong to two Services at once (an old service_suffix's being
+// deleted), and it waits for an echo forever, where a lost one must not block a service (echoTimeout).
 type tracker struct {
 	mu      sync.Mutex
 	pending map[string]write // namespace/name

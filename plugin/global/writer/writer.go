@@ -7,6 +7,9 @@ package writer
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -30,18 +34,27 @@ type Config struct {
 	MaxEndpoints int             // per EndpointSlice
 	Topology     *index.Topology // this cluster's name (its endpoints get nodeName and targetRef), zones
 	Workers      int
+	Owner        string        // this writer's LabelWriter value: Owner(lease)
+	Resync       time.Duration // how often a term looks at everything again; default DefaultResync
 }
 
-// conflictRecheck is how often a global service blocked by someone else's object is looked at
-// again: the object may go away, and nothing we watch would tell us.
-const conflictRecheck = time.Minute
+const (
+	// conflictRecheck is how often a global service blocked by someone else's object is looked at
+	// again: the object may go away, and nothing we watch would tell us.
+	conflictRecheck = time.Minute
+	// DefaultResync is how often a term reconciles every global service and looks for our objects
+	// in namespaces no longer watched, on top of doing both when it starts.
+	DefaultResync = 10 * time.Minute
+)
 
 // Writer keeps the written objects in line with the index.
 type Writer struct {
-	cfg   Config
-	index *index.Index
-	store *store
-	rec   *reconciler
+	cfg        Config
+	index      *index.Index
+	namespaces []string // watched; none: all
+	store      *store
+	rec        *reconciler
+	sweepErr   string // the last error of sweep, logged once
 
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[index.Key]] // of the current term
 
@@ -50,14 +63,19 @@ type Writer struct {
 	closed bool
 	terms  sync.WaitGroup
 	stop   context.CancelFunc // ends the current term
+
+	terminating sync.Map // namespaces reported as terminating, to log each once
 }
 
 // New returns a Writer for ix; it subscribes to ix, so call it before ix runs. Nothing runs
 // before Start.
 func New(client kubernetes.Interface, ix *index.Index, namespaces []string, cfg Config) *Writer {
-	st := newStore(client, namespaces)
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultResync
+	}
+	st := newStore(client, namespaces, cfg.Owner)
 	w := &Writer{
-		cfg: cfg, index: ix, store: st,
+		cfg: cfg, index: ix, namespaces: namespaces, store: st,
 		rec: &reconciler{cfg: cfg, client: client, store: st, tracker: newTracker(), conflicts: &conflicts{active: map[index.Key]string{}}},
 	}
 	ix.Subscribe(w.enqueue)
@@ -139,27 +157,105 @@ func (w *Writer) Run(ctx context.Context) {
 		workqueue.TypedRateLimitingQueueConfig[index.Key]{Name: telemetry.Plugin})
 	w.queue.Store(&q)
 	defer w.queue.CompareAndSwap(&q, nil) // only its own: never a later term's
-	// Every term starts from the full state: anything may have changed while another replica
-	// wrote, or none did. Objects whose global service is gone are found through the store.
-	for _, k := range w.index.Snapshot().Keys() {
-		q.Add(k)
-	}
-	for _, k := range w.store.keys() {
-		q.Add(k)
-	}
 
 	var workers sync.WaitGroup
 	for range max(w.cfg.Workers, 1) {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
+		workers.Go(func() {
 			for w.process(ctx, q) {
 			}
-		}()
+		})
 	}
+	// Every term starts from the full state, and looks at it all again every Resync: anything may
+	// have changed while another replica wrote, or none did, or under other settings. Objects
+	// whose global service is gone, or that other settings wrote, are found through the store.
+	workers.Go(func() {
+		tick := time.NewTicker(w.cfg.Resync)
+		defer tick.Stop()
+		for {
+			for _, k := range w.index.Snapshot().Keys() {
+				q.Add(k)
+			}
+			for _, k := range w.store.keys() {
+				q.Add(k)
+			}
+			w.sweep(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
 	<-ctx.Done()
 	q.ShutDown()
 	workers.Wait()
+}
+
+// sweep deletes what this writer wrote in namespaces it no longer watches (`namespaces` lost
+// one): the store sees the watched ones only. One cluster-wide list per kind, of our objects
+// outside those namespaces, usually empty. The RBAC may not allow it (namespaced Roles): that is
+// logged once, and the objects are left.
+func (w *Writer) sweep(ctx context.Context) {
+	if len(w.namespaces) == 0 {
+		return // every namespace is watched
+	}
+	var outside []string
+	for _, ns := range w.namespaces {
+		outside = append(outside, "metadata.namespace!="+ns)
+	}
+	// The field selector keeps the answer small; the namespaces are checked again here all the same.
+	opts := metav1.ListOptions{FieldSelector: strings.Join(outside, ",")}
+	var failed []string
+	deleted := map[string]int{}
+	namespaces := map[string]bool{}
+	del := func(kind string, m *metav1.ObjectMeta, deleteFn func(context.Context, string, metav1.DeleteOptions) error) {
+		switch err := deleteFn(ctx, m.Name, preconditions(m)); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			failed = append(failed, err.Error())
+		default:
+			w.rec.counted("delete", nil)
+			deleted[kind]++
+			namespaces[m.Namespace] = true
+		}
+	}
+	// Slices first, as in deleteAll.
+	client := w.rec.client
+	opts.LabelSelector = SliceSelector(w.cfg.Owner) + "," + LabelService
+	if l, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, opts); err != nil {
+		failed = append(failed, err.Error())
+	} else {
+		for i := range l.Items {
+			if m := &l.Items[i].ObjectMeta; !slices.Contains(w.namespaces, m.Namespace) {
+				del("EndpointSlices", m, client.DiscoveryV1().EndpointSlices(m.Namespace).Delete)
+			}
+		}
+	}
+	opts.LabelSelector = ServiceSelector(w.cfg.Owner) + "," + LabelService
+	if l, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts); err != nil {
+		failed = append(failed, err.Error())
+	} else {
+		for i := range l.Items {
+			if m := &l.Items[i].ObjectMeta; !slices.Contains(w.namespaces, m.Namespace) {
+				del("Services", m, client.CoreV1().Services(m.Namespace).Delete)
+			}
+		}
+	}
+	if len(namespaces) > 0 {
+		telemetry.Log.Infof("writer: deleted %d Services and %d EndpointSlices in namespaces no longer watched: %s",
+			deleted["Services"], deleted["EndpointSlices"], strings.Join(slices.Sorted(maps.Keys(namespaces)), ", "))
+	}
+	// One warning while the failure lasts, not one per object and resync.
+	if len(failed) > 0 && ctx.Err() == nil {
+		if failed[0] != w.sweepErr {
+			w.sweepErr = failed[0]
+			telemetry.Log.Warningf("writer: cannot delete what it wrote in namespaces no longer watched (%d failures; it tries again every %v, "+
+				"or delete them with: kubectl delete services,endpointslices -n <namespace> -l %s=%s,%s=%s): %s",
+				len(failed), w.cfg.Resync, LabelManagedBy, ManagedBy, LabelWriter, w.cfg.Owner, failed[0])
+		}
+	} else {
+		w.sweepErr = ""
+	}
 }
 
 // Close ends the current term and waits for it; no term starts afterwards. Call it before
@@ -188,6 +284,14 @@ func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInter
 	case err == nil:
 		telemetry.WriterSyncs.WithLabelValues("success").Inc()
 		q.Forget(k)
+		w.terminating.Delete(k.Namespace) // a namespace of that name was made again
+	case errors.Is(err, errTerminating):
+		// Dropped until its next change: every create fails until the namespace is gone.
+		telemetry.WriterSyncs.WithLabelValues("terminating").Inc()
+		q.Forget(k)
+		if _, logged := w.terminating.LoadOrStore(k.Namespace, true); !logged {
+			telemetry.Log.Infof("writer: namespace %s is terminating: its global services are not written", k.Namespace)
+		}
 	case errors.Is(err, errStale):
 		telemetry.WriterSyncs.WithLabelValues("stale").Inc()
 		q.AddRateLimited(k)
@@ -209,4 +313,32 @@ func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInter
 		q.AddRateLimited(k)
 	}
 	return true
+}
+
+// Leftovers logs a warning, once, when Services that owner wrote are in the namespaces (all when
+// none): with `endpointslices off` nothing updates or deletes them, so their slices keep the
+// endpoints of the moment writing stopped. They are not deleted: no lease is taken, and a replica
+// that still writes (a rolling change of the setting) would be fought. Only the Services are
+// looked for (one label-selected list of at most one object per namespace, which the read RBAC
+// allows); their slices go with them.
+func Leftovers(ctx context.Context, client kubernetes.Interface, namespaces []string, owner string) {
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	for _, ns := range namespaces {
+		l, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: ServiceSelector(owner), Limit: 1})
+		if err != nil {
+			if ctx.Err() == nil {
+				telemetry.Log.Debugf("writer: looking for objects written earlier: %v", err)
+			}
+			return
+		}
+		if len(l.Items) > 0 {
+			telemetry.Log.Warningf("endpointslices off: the Services and EndpointSlices this writer wrote earlier (%s=%s, e.g. %s/%s) "+
+				"are left as they were, with the endpoints of the moment writing stopped; delete them with: "+
+				"kubectl delete services,endpointslices --all-namespaces -l %s=%s,%s=%s",
+				LabelWriter, owner, l.Items[0].Namespace, l.Items[0].Name, LabelManagedBy, ManagedBy, LabelWriter, owner)
+			return
+		}
+	}
 }

@@ -2,13 +2,19 @@ package writer
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // Overlapping terms, as client-go's LeaderElector makes them when it re-acquires a Lease that
@@ -57,5 +63,38 @@ func waitQueue(t *testing.T, w *Writer, not any) any {
 			t.Fatal("no term's queue in place")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// sweep deletes this writer's objects outside the watched namespaces, and nothing else. (The fake
+// ignores the field selector that narrows the list on a real API server.)
+func TestSweepDeletesOnlyOursOutsideTheNamespaces(t *testing.T) {
+	meta := func(ns, name, owner string) metav1.ObjectMeta {
+		m := metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"team": "theirs"}}
+		if owner != "" {
+			m.Labels = ownLabels("foo", owner)
+			m.Labels[discoveryv1.LabelManagedBy] = ControllerName
+		}
+		return m
+	}
+	var objs []runtime.Object
+	for _, o := range []struct{ ns, owner string }{{"kept", testOwner}, {"dropped", testOwner}, {"dropped", "other.writer"}, {"dropped", ""}} {
+		name := "foo-global-" + o.owner
+		objs = append(objs, &corev1.Service{ObjectMeta: meta(o.ns, name, o.owner)},
+			&discoveryv1.EndpointSlice{ObjectMeta: meta(o.ns, name+"-west-ipv4-0", o.owner)})
+	}
+	client := fake.NewClientset(objs...)
+	ix := index.New(indextest.Topology(), indextest.New())
+	w := New(client, ix, []string{"kept"}, Config{Suffix: DefaultSuffix, Owner: testOwner})
+	w.sweep(context.Background())
+	var deleted []string
+	for _, a := range client.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok {
+			deleted = append(deleted, d.GetNamespace()+"/"+d.GetName())
+		}
+	}
+	want := []string{"dropped/foo-global-" + testOwner + "-west-ipv4-0", "dropped/foo-global-" + testOwner}
+	if !slices.Equal(deleted, want) {
+		t.Errorf("deleted %v, want %v", deleted, want)
 	}
 }
