@@ -174,6 +174,15 @@ func TestBigAnswer(t *testing.T) {
 		t.Logf("buffer %d: %d records over UDP", size, len(r.Answer))
 	}
 
+	// The explanation of the same name follows the same rules: over UDP what fits, with TC; over
+	// TCP all of it (a summary and 200 records).
+	if r := askCH(t, c, "udp", qname, 1232); !r.Truncated || len(r.Answer) == 0 || len(r.Answer) >= 201 {
+		t.Errorf("CH TXT over UDP, buffer 1232: TC=%v with %d records, want TC and a prefix", r.Truncated, len(r.Answer))
+	}
+	if r := askCH(t, c, "tcp", qname, 1232); r.Truncated || len(r.Answer) != 201 {
+		t.Errorf("CH TXT over TCP: TC=%v with %d records, want all 201", r.Truncated, len(r.Answer))
+	}
+
 	// Rotated (the default), a truncated answer still holds the nearest tier first, all of it.
 	rotating := harness.StartCoreDNS(t, cp, strings.Replace(fmt.Sprintf(corefile, ns), "        rotate off\n", "", 1))
 	eventually(t, "all 200 records over TCP, rotating", func() error {

@@ -69,6 +69,8 @@ func TestExplain(t *testing.T) {
 	must(t, err)
 	_, err = harness.CreateMirror(ctx, client(), mirrorOf(other, "foo", "west", true))
 	must(t, err)
+	bar, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "bar", "west", true))
+	must(t, err)
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "north", false, nil)
 	must(t, err)
 
@@ -98,12 +100,14 @@ func TestExplain(t *testing.T) {
 		{"_db._tcp." + fooNS, dns.RcodeSuccess, []string{"records=4", local0 + " port=15432", west1 + " port=5432"}},
 		{"_db._udp." + fooNS, dns.RcodeNameError, []string{"records=0", line("10.244.1.10", "foo-0", "east", "0", "local", "foo", "no-matching-port")}},
 		{"nope." + ns + ".global.", dns.RcodeNameError, []string{"exists=false: no global service " + ns + "/nope"}},
+		// A short name in one namespace.
+		{"bar.global.", dns.RcodeSuccess, []string{"service=" + ns + "/bar records=1 left-out=0", line(bar.ClusterIPs["bar-0"], "bar-0", "west", "2", "region:us-east-1", "bar-west", "ready")}},
 		{"a.b.c.d.e.global.", dns.RcodeNameError, []string{"exists=false: not a name of this zone"}},
 		// The short name is in two namespaces: NXDOMAIN, and both explained.
 		{"foo.global.", dns.RcodeNameError, []string{"name=foo ambiguous=true", "service=" + ns + "/foo records=4", "service=" + other + "/foo records=1"}},
 		// The apex: this replica.
-		{"global.", dns.RcodeSuccess, []string{"synced=true services=2 records=7", "cluster=east tier=0 why=local ready=2 not-ready=1",
-			"cluster=west tier=2 why=region:us-east-1 ready=3", "cluster=north tier=3 why=none ready=0 not-ready=0 terminating=0 gateway-down=1"}},
+		{"global.", dns.RcodeSuccess, []string{"synced=true services=3 records=8", "cluster=east tier=0 why=local ready=2 not-ready=1",
+			"cluster=west tier=2 why=region:us-east-1 ready=4", "cluster=north tier=3 why=none ready=0 not-ready=0 terminating=0 gateway-down=1"}},
 	} {
 		must(t, explains(t, c, tc.qname, tc.rcode, tc.want...))
 		// IN has the same rcode; IN TXT never carries the explanation (MongoDB reads IN TXT).
