@@ -79,3 +79,33 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRebuild is one change to a global service of N endpoints (one member, slices of 100):
+// rebuilt from its slices and published.
+func BenchmarkRebuild(b *testing.B) {
+	for _, n := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			src := indextest.New()
+			ix := index.New(indextest.Topology(), src)
+			ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+			k := index.Key{Namespace: "db", Name: "big"}
+			var sls []*index.Slice
+			for s := 0; s*100 < n; s++ {
+				var eps []index.Endpoint
+				for e := s * 100; e < min(n, (s+1)*100); e++ {
+					eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
+				}
+				sls = append(sls, indextest.Slice(ports, eps...))
+			}
+			src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, sls...)
+			ix.Changed(k)
+			ix.Start()
+			ix.Publish()
+			b.ReportAllocs()
+			for b.Loop() {
+				ix.Changed(k)
+				ix.Publish()
+			}
+		})
+	}
+}

@@ -1,8 +1,6 @@
 package index
 
 import (
-	"maps"
-
 	"github.com/globaldns/global/plugin/global/telemetry"
 )
 
@@ -17,27 +15,32 @@ type health struct {
 }
 
 type clusterCounts struct {
-	states      map[string]int // by Record.State
-	noPodMirror int            // mirror records without a per-pod mirror: readiness from the headless mirror alone
+	states      [len(states)]int // by Record.State, in the order of states
+	noPodMirror int              // mirror records without a per-pod mirror: readiness from the headless mirror alone
 }
+
 
 func newHealth(topo *Topology) health {
 	return health{topo: topo, counts: map[string]*clusterCounts{}, reported: map[string]clusterCounts{}, down: map[string]bool{}}
 }
 
-// add counts svc's records with sign +1 (published) or -1 (replaced); svc may be nil.
+// add counts svc's records with sign +1 (published) or -1 (replaced); svc may be nil. Records of
+// a cluster are mostly adjacent: the map is asked once per run of them, not once per record.
 func (h *health) add(svc *Service, sign int) {
 	if svc == nil {
 		return
 	}
+	var c *clusterCounts
+	cluster := ""
 	for i := range svc.Records {
 		r := &svc.Records[i]
-		c := h.counts[r.Cluster]
-		if c == nil {
-			c = &clusterCounts{states: map[string]int{}}
-			h.counts[r.Cluster] = c
+		if c == nil || r.Cluster != cluster {
+			if cluster = r.Cluster; h.counts[cluster] == nil {
+				h.counts[cluster] = &clusterCounts{}
+			}
+			c = h.counts[cluster]
 		}
-		c.states[r.State()] += sign
+		c.states[r.stateIndex()] += sign
 		if r.Gateway == GatewayUnknown && r.Cluster != h.topo.Local {
 			c.noPodMirror += sign
 		}
@@ -60,21 +63,21 @@ func (h *health) report() {
 			h.forget(cluster)
 			continue
 		}
-		if last, ok := h.reported[cluster]; ok && maps.Equal(last.states, c.states) && last.noPodMirror == c.noPodMirror {
+		if last, ok := h.reported[cluster]; ok && last == *c {
 			continue
 		}
-		for _, state := range []string{StateReady, StateNotReady, StateTerminating, StateGatewayDown} {
-			telemetry.Records.WithLabelValues(cluster, state).Set(float64(c.states[state]))
+		for i, state := range states {
+			telemetry.Records.WithLabelValues(cluster, state).Set(float64(c.states[i]))
 		}
 		telemetry.RecordsWithoutPodMirror.WithLabelValues(cluster).Set(float64(c.noPodMirror))
-		h.reported[cluster] = clusterCounts{states: maps.Clone(c.states), noPodMirror: c.noPodMirror}
+		h.reported[cluster] = *c
 
-		down := c.states[StateGatewayDown] > 0 && c.states[StateReady] == 0
+		down := c.states[stateGatewayDown] > 0 && c.states[stateReady] == 0
 		switch {
 		case down && !h.down[cluster]:
-			telemetry.Log.Warningf("cluster %q is down: Linkerd's gateway probe fails, its %d records are answered as not ready", cluster, c.states[StateGatewayDown])
+			telemetry.Log.Warningf("cluster %q is down: Linkerd's gateway probe fails, its %d records are answered as not ready", cluster, c.states[stateGatewayDown])
 		case !down && h.down[cluster]:
-			telemetry.Log.Infof("cluster %q is back: %d records ready", cluster, c.states[StateReady])
+			telemetry.Log.Infof("cluster %q is back: %d records ready", cluster, c.states[stateReady])
 		}
 		h.down[cluster] = down
 		telemetry.ClusterDown.WithLabelValues(cluster).Set(b2f(down))

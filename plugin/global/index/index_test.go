@@ -125,12 +125,15 @@ func TestBuildDualStackAndDuplicates(t *testing.T) {
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.0.1")),
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "fd00::1"), indextest.Endpoint("foo-9", "fd00::9")),
-		// The same endpoint in a second slice, for a moment, not ready there.
-		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1"))),
+		// The same endpoint in a second slice, for a moment, not ready there; two copies of a
+		// ready one and of a not-ready one.
+		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1")), indextest.Endpoint("foo-9", "fd00::9"),
+			indextest.NotReady(indextest.Endpoint("foo-5", "10.0.0.5"))),
+		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("foo-5", "10.0.0.5"))),
 	)
 	svc := indextest.Topology().Build(foo, src)
-	if len(svc.Records) != 3 {
-		t.Fatalf("got %d records, want 3 (duplicate address merged): %v", len(svc.Records), describe(svc.Records))
+	if len(svc.Records) != 4 || svc.Records[3].Host != "foo-5" {
+		t.Fatalf("got %d records, want 4 (duplicate addresses merged): %v", len(svc.Records), describe(svc.Records))
 	}
 	all := svc.All()
 	targets := slices.Collect(all.Targets())

@@ -1,11 +1,13 @@
 package index
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -102,10 +104,6 @@ func (t *Topology) Build(k Key, src Source) *Service {
 		return nil
 	}
 
-	type hostAddr struct {
-		cluster, host string
-		addr          netip.Addr
-	}
 	slicesOf := make([][]*Slice, len(s.Members))
 	total := 0
 	for i, m := range s.Members {
@@ -115,7 +113,6 @@ func (t *Topology) Build(k Key, src Source) *Service {
 		}
 	}
 	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
-	seen := make(map[hostAddr]int, total)
 	for i, m := range s.Members {
 		cluster := m.Cluster
 		if m.Local() {
@@ -144,21 +141,14 @@ func (t *Topology) Build(k Key, src Source) *Service {
 					down.Ready, down.Serving = false, false
 					r.Endpoint = &down
 				}
-				// The same address may sit in two slices for a moment (slice rebalancing); keep
-				// one record, ready if either copy is.
-				key := hostAddr{cluster, ep.Host, ep.Addr()}
-				if j, dup := seen[key]; dup {
-					if r.Ready && !s.Records[j].Ready {
-						s.Records[j] = r
-					}
-					continue
-				}
-				seen[key] = len(s.Records)
 				s.Records = append(s.Records, r)
 			}
 		}
 	}
 	slices.SortFunc(s.Records, compareRecords)
+	if d := dedupe(s.Records); len(d) < len(s.Records) {
+		s.Records = slices.Clone(d)
+	}
 	s.index(t.Local)
 	return s
 }
@@ -232,6 +222,8 @@ func servicePorts(m *Member, ports []Port, warn *[]Warning) []Port {
 	return out
 }
 
+// (strings.Compare, not cmp.Compare: one comparison of the strings, not two; and records of one
+// Origin share their cluster: the sort of a big service is mostly this function.)
 func compareRecords(a, b Record) int {
 	if a.Ready != b.Ready {
 		if a.Ready {
@@ -239,19 +231,53 @@ func compareRecords(a, b Record) int {
 		}
 		return 1
 	}
-	if c := cmp.Compare(a.Family(), b.Family()); c != 0 {
-		return c
+	return compareEndpoints(a, b)
+}
+
+// dedupe drops, from sorted records, the second copies of an endpoint (the same address of the
+// same host in one cluster): an address may sit in two slices for a moment (slice rebalancing).
+// The copy kept is ready if either is. Copies of equal readiness are adjacent; a not-ready copy
+// of a ready record is found in the ready ones, sorted by the same order. No map: this is in
+// every build of every service.
+func dedupe(rs []Record) []Record {
+	out, ready := rs[:0], 0
+	for i := range rs {
+		r := rs[i]
+		if n := len(out); n > 0 && out[n-1].Ready == r.Ready && compareEndpoints(out[n-1], r) == 0 {
+			continue
+		}
+		if !r.Ready {
+			if _, found := slices.BinarySearchFunc(out[:ready], r, compareEndpoints); found {
+				continue
+			}
+		} else {
+			ready = len(out) + 1
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// compareEndpoints is compareRecords without readiness: the order of records of one readiness.
+func compareEndpoints(a, b Record) int {
+	if a.is4 != b.is4 {
+		if a.is4 {
+			return -1
+		}
+		return 1
 	}
 	if c := cmp.Compare(a.Tier, b.Tier); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.Cluster, b.Cluster); c != 0 {
+	if a.Origin != b.Origin {
+		if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
+			return c
+		}
+	}
+	if c := strings.Compare(a.Host, b.Host); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.Host, b.Host); c != 0 {
-		return c
-	}
-	return a.Addr().Compare(b.Addr())
+	return bytes.Compare(a.addr[:], b.addr[:])
 }
 
 // index finds the views DNS answers from in the sorted records, so queries never sort.

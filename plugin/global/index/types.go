@@ -172,17 +172,29 @@ type Origin struct {
 
 // State names why a record is answered or left out: ready, not_ready, terminating or
 // gateway_down (its endpoint is ready but Linkerd's gateway to its cluster is not).
-func (r *Record) State() string {
+func (r *Record) State() string { return states[r.stateIndex()] }
+
+func (r *Record) stateIndex() int {
 	switch {
 	case r.Gateway == GatewayDown:
-		return StateGatewayDown
+		return stateGatewayDown
 	case r.Ready:
-		return StateReady
+		return stateReady
 	case r.Terminating:
-		return StateTerminating
+		return stateTerminating
 	}
-	return StateNotReady
+	return stateNotReady
 }
+
+// Record states as indexes, for counting them.
+const (
+	stateReady = iota
+	stateNotReady
+	stateTerminating
+	stateGatewayDown
+)
+
+var states = [...]string{stateReady: StateReady, stateNotReady: StateNotReady, stateTerminating: StateTerminating, stateGatewayDown: StateGatewayDown}
 
 // Record states, as State returns them.
 const (
