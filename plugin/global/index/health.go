@@ -19,7 +19,6 @@ type clusterCounts struct {
 	noPodMirror int              // mirror records without a per-pod mirror: readiness from the headless mirror alone
 }
 
-
 func newHealth(topo *Topology) health {
 	return health{topo: topo, counts: map[string]*clusterCounts{}, reported: map[string]clusterCounts{}, down: map[string]bool{}}
 }
