@@ -17,10 +17,7 @@ import (
 // public TLD: nothing leaks to the next plugin unless fallthrough says so, and only on NXDOMAIN).
 func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
-	// The question's name as it came (unpacked names are in presentation form already): what
-	// request.Request's Name and QName compute, without formatting it again per call.
-	owner := questionName(r)
-	qname := strings.ToLower(owner)
+	qname := strings.ToLower(questionName(r))
 	zone := matchZone(g.Zones, qname)
 	if zone == "" {
 		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
@@ -70,6 +67,8 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	return dns.RcodeSuccess, nil
 }
 
+// questionName is the question's name as it came (unpacked names are in presentation form
+// already): what request.Request's QName computes, without formatting it again for every use.
 func questionName(r *dns.Msg) string {
 	if len(r.Question) == 0 {
 		return "."
@@ -113,7 +112,7 @@ func newReply(r *dns.Msg) *dns.Msg {
 
 // answer fills m for a name below the apex; ok is false for an ambiguous short name.
 func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (ok bool) {
-	qtype := state.QType()
+	qtype, owner := state.QType(), questionName(state.Req)
 	svc, view, ok := g.find(state, m, snap, n)
 	if !ok { // ambiguous short name: m holds the answer
 		return false
@@ -124,22 +123,22 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 		m.Rcode = dns.RcodeNameError
 	case n.kind == kindVersion:
 		if qtype == dns.TypeTXT {
-			m.Answer = []dns.RR{&dns.TXT{Hdr: g.hdr(questionName(state.Req), dns.TypeTXT), Txt: []string{mcsVersion}}}
+			m.Answer = []dns.RR{&dns.TXT{Hdr: g.hdr(owner, dns.TypeTXT), Txt: []string{mcsVersion}}}
 		}
 	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
 	case n.kind == kindSRV:
 		if qtype == dns.TypeSRV {
-			m.Answer, m.Extra = g.srv(questionName(state.Req), state.Zone, svc.Key, view, n.port, n.proto)
+			m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, n.port, n.proto)
 		}
 	case qtype == dns.TypeA:
-		m.Answer = g.addrs(questionName(state.Req), view.A)
+		m.Answer = g.addrs(owner, view.A)
 	case qtype == dns.TypeAAAA:
-		m.Answer = g.addrs(questionName(state.Req), view.AAAA)
+		m.Answer = g.addrs(owner, view.AAAA)
 	case qtype == dns.TypeSRV:
-		m.Answer, m.Extra = g.srv(questionName(state.Req), state.Zone, svc.Key, view, "", "")
+		m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, "", "")
 	case qtype == dns.TypeANY:
 		// RFC 8482: a subset is a fine answer to ANY; the addresses are what a client wants.
-		m.Answer = append(g.addrs(questionName(state.Req), view.A), g.addrs(questionName(state.Req), view.AAAA)...)
+		m.Answer = append(g.addrs(owner, view.A), g.addrs(owner, view.AAAA)...)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
