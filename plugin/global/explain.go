@@ -3,6 +3,7 @@ package global
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -94,13 +95,7 @@ func (g *Global) explainReplica(snap *index.Snapshot) []string {
 	lines := []string{fmt.Sprintf("synced=%t services=%d records=%d serial=%d age=%d cluster=%s leader=%s leading=%t writer=%t version=%s",
 		g.index.Ready(), snap.Len(), records, snap.Serial, age(snap.Published), topo.Local, leader, leading, g.writer != nil,
 		coremain.CoreVersion+"+"+cmp.Or(coremain.GitCommit, "unknown"))}
-	names := slices.SortedFunc(func(yield func(string) bool) {
-		for c := range clusters {
-			if !yield(c) {
-				return
-			}
-		}
-	}, func(a, b string) int {
+	names := slices.SortedFunc(maps.Keys(clusters), func(a, b string) int {
 		return cmp.Or(cmp.Compare(clusters[a].tier, clusters[b].tier), cmp.Compare(a, b))
 	})
 	for _, c := range names {
