@@ -371,10 +371,34 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 	r.add(section{
 		title: "Micro-benchmarks",
 		intro: "`go test -run '^$' -bench . -benchmem -count 3 ./plugin/global/`: `ServeDNS` for every name form (the reply is built, not " +
-			"sent; addresses rotated, the default), and one index update (a global service rebuilt and a snapshot published) among " +
-			"1,000, 10,000 and 100,000 global services (in process: the sharded snapshot copies one shard per change).",
+			"sent; addresses rotated, the default); one index update (a global service rebuilt and a snapshot published) among " +
+			"1,000, 10,000 and 100,000 global services (in process: the sharded snapshot copies one shard per change); one change to " +
+			"a global service of 10 and of 10,000 endpoints (`Rebuild`).",
 		after: strings.Join(serve, "\n") + "\n",
 	})
+	median := func(name, unit string) string {
+		var lines []string
+		for _, l := range serve {
+			if strings.HasPrefix(l, name+"-") {
+				lines = append(lines, l)
+			}
+		}
+		if v := benchMetric(lines, unit); len(v) > 0 {
+			return strconv.FormatFloat(quantile(v, .5), 'f', -1, 64)
+		}
+		return "?"
+	}
+	r.goal("ServeDNS, service name (4 A records) and SRV (median of 3)", "≤ 0.5 µs and ≤ 4 allocs; SRV ≤ 1.5 µs",
+		fmt.Sprintf("%s ns, %s allocs; SRV %s ns, %s allocs",
+			median("BenchmarkServeDNS/service", "ns/op"), median("BenchmarkServeDNS/service", "allocs/op"),
+			median("BenchmarkServeDNS/srv", "ns/op"), median("BenchmarkServeDNS/srv", "allocs/op")))
+	r.goal("Publishing one change among 1k / 10k / 100k global services (median of 3)", "independent of N",
+		fmt.Sprintf("%s / %s / %s µs; %s / %s / %s bytes",
+			usec(median("BenchmarkPublish/services=1000", "ns/op")), usec(median("BenchmarkPublish/services=10000", "ns/op")),
+			usec(median("BenchmarkPublish/services=100000", "ns/op")),
+			median("BenchmarkPublish/services=1000", "B/op"), median("BenchmarkPublish/services=10000", "B/op"), median("BenchmarkPublish/services=100000", "B/op")))
+	r.goal("Rebuilding a global service of 10 / 10,000 endpoints after one change (median of 3)", "≤ 2× the 10-endpoint figure",
+		fmt.Sprintf("%s / %s µs", usec(median("BenchmarkRebuild/endpoints=10", "ns/op")), usec(median("BenchmarkRebuild/endpoints=10000", "ns/op"))))
 	mem, err := run("-bench", "MemoryPerRecord", "-benchtime", "1x", "-count", "5", "./plugin/global/watch/")
 	if err != nil {
 		return err
@@ -413,4 +437,13 @@ func benchMetric(lines []string, unit string) []float64 {
 		}
 	}
 	return out
+}
+
+// usec turns a ns/op figure into µs, one decimal.
+func usec(ns string) string {
+	v, err := strconv.ParseFloat(ns, 64)
+	if err != nil {
+		return ns
+	}
+	return strconv.FormatFloat(v/1000, 'f', 1, 64)
 }
