@@ -111,6 +111,8 @@ func (w *Writer) Start(ctx context.Context) {
 	}
 	if w.cfg.ServiceImports {
 		go w.findImports(ctx)
+	} else {
+		telemetry.ServiceImportsUnavailable.Set(0) // a reload turned it off
 	}
 	go func() {
 		<-ctx.Done()
