@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/util/flowcontrol"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
 func init() {
@@ -115,7 +117,17 @@ func (cfg *config) build() (*Global, error) {
 		// The writer (its writes, its Events, the informers on its own objects) has a client of
 		// its own, so a token bucket of its own at the same rate: a large first sync queues a
 		// write per object, and the watches' lists must not wait behind them.
-		wclient, err := kubernetes.NewForConfig(rest.CopyConfig(rc))
+		wrc := rest.CopyConfig(rc)
+		wrc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst) // shared with its ServiceImport client
+		wclient, err := kubernetes.NewForConfig(wrc)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client: %w", err)
+		}
+		// ServiceImports are custom resources: JSON only. The client exists with serviceimports
+		// off too, to delete what was written while it was on.
+		mrc := rest.CopyConfig(wrc)
+		mrc.ContentType = "application/json"
+		mclient, err := mcsclient.NewForConfig(mrc)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
@@ -130,7 +142,7 @@ func (cfg *config) build() (*Global, error) {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
 		cfg.writer.Topology = &cfg.topology
-		g.writer = writer.New(wclient, g.index, cfg.namespaces, cfg.writer)
+		g.writer = writer.New(wclient, mclient, g.index, cfg.namespaces, cfg.writer)
 		g.election = cfg.election
 	}
 	return g, nil
@@ -270,6 +282,8 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			}
 		case "endpointslices":
 			cfg.write, err = onOff(c, opt, args)
+		case "serviceimports":
+			cfg.writer.ServiceImports, err = onOff(c, opt, args)
 		case "names":
 			cfg.g.mcsZones, err = parseNames(c, args, zones)
 		case "rotate":
@@ -341,6 +355,12 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	if cfg.writer.ServiceImports && !cfg.write {
+		return nil, c.Errf("serviceimports on needs the writer: it cannot be on with endpointslices off")
+	}
+	if cfg.writer.ServiceImports && cfg.writer.Suffix == writer.MCSSuffix {
+		return nil, c.Errf("service_suffix %s would name the -global EndpointSlices as the MCS ones of serviceimports on", writer.MCSSuffix)
 	}
 	if !cfg.election.CheckTimings() {
 		return nil, c.Errf("lease timings must satisfy lease_duration > lease_renew_deadline > %.1f x lease_retry_period, not %v, %v, %v",

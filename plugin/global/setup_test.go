@@ -50,7 +50,10 @@ func TestParse(t *testing.T) {
 	if cfg, err = parse(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || cfg.write {
 		t.Errorf("endpointslices off: write %v, %v", cfg.write, err)
 	}
-	if cfg, err = parse(caddy.NewTestController("dns", "global")); err != nil || !cfg.g.rotate || !cfg.g.explain {
+	if cfg, err = parse(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !cfg.writer.ServiceImports {
+		t.Errorf("serviceimports: %v, %v", cfg.writer.ServiceImports, err)
+	}
+	if cfg, err = parse(caddy.NewTestController("dns", "global")); err != nil || !cfg.g.rotate || !cfg.g.explain || cfg.writer.ServiceImports {
 		t.Errorf("defaults: rotate %v explain %v, %v", cfg.g.rotate, cfg.g.explain, err)
 	}
 	if cfg, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || cfg.g.rotate || cfg.g.explain {
@@ -146,6 +149,9 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n endpointslice_size 0\n}", "endpointslice_size must be an integer in [1, 1000]"},
 		{"global {\n endpointslice_size 1001\n}", "endpointslice_size must be an integer in [1, 1000]"},
 		{"global {\n service_suffix _x\n}", `service_suffix "_x" cannot end a Service name`},
+		{"global {\n serviceimports on\n endpointslices off\n}", "serviceimports on needs the writer"},
+		{"global {\n serviceimports on\n service_suffix -mcs\n}", "service_suffix -mcs would name"},
+		{"global {\n serviceimports yes\n}", `serviceimports takes on or off, not "yes"`},
 		{"global {\n lease onlyone\n}", "Wrong argument count"},
 		{"global {\n lease Bad name\n}", `lease namespace "Bad" is not a DNS label`},
 		{"global {\n lease ns Bad_name\n}", `lease name "Bad_name"`},

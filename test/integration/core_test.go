@@ -8,6 +8,7 @@ import (
 	"github.com/globaldns/global/test/harness"
 
 	"github.com/miekg/dns"
+	"k8s.io/client-go/kubernetes"
 )
 
 // corefile is the Corefile template the DNS tests run: this cluster is east, in us-east-1a. It
@@ -48,12 +49,15 @@ func mirrorOf(ns, svc, cluster string, ready ...bool) harness.Mirror {
 }
 
 // localFoo creates this cluster's StatefulSet foo: foo-0 and foo-1 ready in two zones, foo-2 not ready.
-func localFoo(t *testing.T, ns string) {
+func localFoo(t *testing.T, ns string) { localFooIn(t, client(), ns) }
+
+// localFooIn is localFoo in the cluster of c.
+func localFooIn(t *testing.T, c kubernetes.Interface, ns string) {
 	ctx := context.Background()
 	for _, n := range []harness.Node{{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}, {Name: ns + "-b", Zone: "us-east-1b", Region: "us-east-1"}} {
-		must(t, harness.CreateNode(ctx, client(), n))
+		must(t, harness.CreateNode(ctx, c, n))
 	}
-	must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{
+	must(t, harness.CreateStatefulSet(ctx, c, harness.StatefulSet{
 		Namespace: ns, Service: "foo", Ports: dbPorts,
 		Pods: []harness.Pod{
 			{Name: "foo-0", Node: ns + "-a", IP: "10.244.1.10", Ready: true},

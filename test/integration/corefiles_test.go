@@ -83,11 +83,18 @@ var (
 	port       = regexp.MustCompile(`:\d+`)
 	listenAddr = regexp.MustCompile(`(?m)^(\s*)(ready|health|prometheus)(\s+\S*:\d+)?(\s*\{)?\s*$`)
 	globalLine = regexp.MustCompile(`(?m)^\s*global((?:\s+[^\s{]+)*)\s*\{?\s*$`)
+	kubeBlock  = regexp.MustCompile(`(?m)^([ \t]*)kubernetes\b[^{\n]*\{[ \t]*$`)
 )
 
 // localize turns a Corefile into a harness template: free ports for the servers and for ready,
-// health and prometheus, and `root` set to the repository for relative file paths.
+// health and prometheus, `root` set to the repository for relative file paths, and the control
+// plane's kubeconfig for the kubernetes plugin, which outside a pod has no other way to the API
+// (the global plugin reads $KUBECONFIG).
 func localize(corefile, root string) string {
+	corefile = kubeBlock.ReplaceAllStringFunc(corefile, func(line string) string {
+		indent := kubeBlock.FindStringSubmatch(line)[1]
+		return line + "\n" + indent + "    kubeconfig {{.Kubeconfig}}"
+	})
 	out := serverKey.ReplaceAllStringFunc(corefile, func(key string) string {
 		return port.ReplaceAllString(strings.TrimSuffix(strings.TrimSpace(key), "{"), ":{{.Port}}") + "{\n    root " + root
 	})

@@ -108,6 +108,14 @@ var (
 		Buckets:                     []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
 	})
+	// ServiceImportsUnavailable is 1 while `serviceimports on` writes nothing: the ServiceImport
+	// CRD is not installed.
+	ServiceImportsUnavailable = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "writer_serviceimports_unavailable",
+		Help:      "1 while serviceimports on cannot write ServiceImports: the serviceimports.multicluster.x-k8s.io CRD is not installed.",
+	})
 	// WriterConflicts is the number of global services whose Service or EndpointSlice name is taken
 	// by an object the plugin does not manage.
 	WriterConflicts = promauto.NewGauge(prometheus.GaugeOpts{

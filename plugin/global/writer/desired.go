@@ -37,7 +37,9 @@ const (
 	// ControllerName is our value of endpointslice.kubernetes.io/managed-by.
 	ControllerName = "global." + Domain
 
-	DefaultSuffix       = "-global"
+	DefaultSuffix = "-global"
+	// MCSSuffix ends the names of the MCS slices of a global service: <svc>-mcs-<cluster>-...
+	MCSSuffix           = "-mcs"
 	DefaultMaxEndpoints = 100
 	MaxEndpointsLimit   = 1000 // the API's limit per slice
 )
@@ -108,8 +110,10 @@ func SliceSelector(owner string) string {
 	return discoveryv1.LabelManagedBy + "=" + ControllerName + "," + ServiceSelector(owner)
 }
 
-// desiredEndpoints returns every endpoint of s, ready or not, by group.
-func desiredEndpoints(s *index.Service, topo *index.Topology) map[group][]endpoint {
+// desiredEndpoints returns every endpoint of s, ready or not, by group. The -global slices name an
+// endpoint <host>-<cluster> (unique in one Service); the MCS slices, whose names are
+// <host>.<cluster>.<svc>..., keep the host as it is.
+func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[group][]endpoint {
 	names := hostnames(s.Records)
 	out := map[group][]endpoint{}
 	for i := range s.Records {
@@ -119,6 +123,9 @@ func desiredEndpoints(s *index.Service, topo *index.Topology) map[group][]endpoi
 			g.family = discoveryv1.AddressTypeIPv6
 		}
 		hn := names[clusterHost{r.Cluster, r.Host}]
+		if mcs {
+			hn = r.Host
+		}
 		e := endpoint{
 			id: hn + "/" + r.Addr().String(),
 			ep: discoveryv1.Endpoint{

@@ -160,7 +160,7 @@ func TestDesired(t *testing.T) {
 		t.Errorf("labels %v", svc.Labels)
 	}
 
-	eps := desiredEndpoints(s, indextest.Topology())
+	eps := desiredEndpoints(s, indextest.Topology(), false)
 	east := eps[group{"east", discoveryv1.AddressTypeIPv4}]
 	west := eps[group{"west", discoveryv1.AddressTypeIPv4}]
 	if len(east) != 1 || len(west) != 1 || len(eps) != 2 {

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
 var (
@@ -46,6 +48,7 @@ func refused(err error) error {
 type reconciler struct {
 	cfg       Config
 	client    kubernetes.Interface
+	mcs       mcsclient.Interface // nil unless serviceimports on
 	store     *store
 	tracker   *tracker
 	conflicts *conflicts
@@ -55,6 +58,21 @@ type reconciler struct {
 type existing struct {
 	services []*corev1.Service
 	slices   []*discoveryv1.EndpointSlice
+	imports  []*mcsv1alpha1.ServiceImport
+}
+
+// splitMCS separates the MCS objects (ServiceImports, slices labelled with an MCS service name)
+// from the rest.
+func (e existing) splitMCS() (mcs, rest existing) {
+	mcs.imports, rest.services = e.imports, e.services
+	for _, es := range e.slices {
+		if _, ok := es.Labels[mcsv1alpha1.LabelServiceName]; ok {
+			mcs.slices = append(mcs.slices, es)
+		} else {
+			rest.slices = append(rest.slices, es)
+		}
+	}
+	return mcs, rest
 }
 
 // split separates the Service named name and its slices from the objects written under other
@@ -78,36 +96,42 @@ func (e existing) split(name string) (svc *corev1.Service, slices []*discoveryv1
 }
 
 // sync makes the API hold what the index says about k (nil s: nothing). Every object of ours
-// written for k that the current settings do not want is deleted, whatever its name.
+// written for k that the current settings do not want is deleted, whatever its name. The -global
+// objects and the MCS ones are written independently: a conflict on one leaves the other alone.
 func (r *reconciler) sync(ctx context.Context, k index.Key, s *index.Service) error {
 	name := k.Name + r.cfg.Suffix
-	all := r.store.get(k)
-	if r.tracker.stale(k.Namespace, name, all.slices) {
+	mcs, all := r.store.get(k).splitMCS()
+	if r.tracker.stale(k.Namespace, name, all.slices) || r.tracker.stale(k.Namespace, k.Name+MCSSuffix, mcs.slices) {
 		return errStale
 	}
 	if s == nil {
-		r.conflicts.clear(k)
-		return r.deleteAll(ctx, k, all)
+		r.conflicts.clear(k, "")
+		return errors.Join(r.deleteAll(ctx, k, all), r.deleteAll(ctx, k, mcs))
 	}
+	return errors.Join(r.syncGlobal(ctx, k, s, name, all), r.syncMCS(ctx, k, s, mcs))
+}
+
+// syncGlobal writes the Service <svc><suffix> and its slices.
+func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Service, name string, all existing) error {
 	have, haveSlices, obsolete := all.split(name)
 	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
 		if err := r.deleteAll(ctx, k, obsolete); err != nil {
 			return err
 		}
-		return r.conflicts.report(k, nil, fmt.Sprintf("cannot write Service %s/%s: %v", k.Namespace, name, errs))
+		return r.conflicts.report(k, blocksGlobal, nil, fmt.Sprintf("cannot write Service %s/%s: %v", k.Namespace, name, errs))
 	}
 	svc, err := r.syncService(ctx, k, desiredService(s, name, r.cfg.Owner), have)
 	if err != nil {
 		return err
 	}
-	if err := r.syncSlices(ctx, k, s, svc, haveSlices); err != nil {
+	if err := r.syncSlices(ctx, k, globalSet(k, svc, r.cfg.Owner), desiredEndpoints(s, r.cfg.Topology, false), haveSlices); err != nil {
 		return err
 	}
 	// Last, so that the new objects are in place before the old ones go.
 	if err := r.deleteAll(ctx, k, obsolete); err != nil {
 		return err
 	}
-	r.conflicts.clear(k)
+	r.conflicts.clear(k, blocksGlobal)
 	return nil
 }
 
@@ -128,6 +152,9 @@ func (r *reconciler) deleteAll(ctx context.Context, k index.Key, cur existing) e
 			telemetry.Log.Infof("writer: %s: deleted Service %s/%s, written under other settings (service_suffix)", k, svc.Namespace, svc.Name)
 		}
 	}
+	for _, si := range cur.imports {
+		errs = append(errs, r.deleteImport(ctx, si))
+	}
 	return errors.Join(errs...)
 }
 
@@ -137,7 +164,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 	if have == nil {
 		created, err := api.Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return nil, r.alreadyExists(ctx, k, func() (metav1.Object, error) {
+			return nil, r.alreadyExists(ctx, k, blocksGlobal, func() (metav1.Object, error) {
 				return api.Get(ctx, want.Name, metav1.GetOptions{})
 			})
 		}
@@ -163,7 +190,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 
 // alreadyExists tells apart a create that lost to our own cache lag (stale) from a name taken by
 // someone else's object (a conflict, left alone).
-func (r *reconciler) alreadyExists(ctx context.Context, k index.Key, get func() (metav1.Object, error)) error {
+func (r *reconciler) alreadyExists(ctx context.Context, k index.Key, blocks string, get func() (metav1.Object, error)) error {
 	obj, err := get()
 	if err != nil {
 		return err
@@ -171,9 +198,9 @@ func (r *reconciler) alreadyExists(ctx context.Context, k index.Key, get func() 
 	l := obj.GetLabels()
 	switch {
 	case l[LabelManagedBy] != ManagedBy:
-		return r.conflicts.report(k, obj, fmt.Sprintf("%s/%s exists and is not managed by %s: left alone", obj.GetNamespace(), obj.GetName(), ManagedBy))
+		return r.conflicts.report(k, blocks, obj, fmt.Sprintf("%s/%s exists and is not managed by %s: left alone", obj.GetNamespace(), obj.GetName(), ManagedBy))
 	case l[LabelWriter] != r.cfg.Owner:
-		return r.conflicts.report(k, obj, fmt.Sprintf("%s/%s exists and belongs to another writer (%s=%q, this one is %q): left alone",
+		return r.conflicts.report(k, blocks, obj, fmt.Sprintf("%s/%s exists and belongs to another writer (%s=%q, this one is %q): left alone",
 			obj.GetNamespace(), obj.GetName(), LabelWriter, l[LabelWriter], r.cfg.Owner))
 	}
 	return errStale // ours: the cache has not shown it yet
@@ -205,15 +232,14 @@ func serviceUpToDate(have, want *corev1.Service) bool {
 	return true
 }
 
-// syncSlices writes the slices of every group: creates and updates first, deletions last, so an
-// endpoint moving between slices is never missing.
-func (r *reconciler) syncSlices(ctx context.Context, k index.Key, s *index.Service, svc *corev1.Service, have []*discoveryv1.EndpointSlice) error {
-	want := desiredEndpoints(s, r.cfg.Topology)
+// syncSlices writes the slices of set for every group: creates and updates first, deletions last,
+// so an endpoint moving between slices is never missing.
+func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, want map[group][]endpoint, have []*discoveryv1.EndpointSlice) error {
 	byGroup := map[group]map[int]*discoveryv1.EndpointSlice{}
 	var obsolete []*discoveryv1.EndpointSlice
 	for _, es := range have {
 		g := group{es.Labels[LabelCluster], es.AddressType}
-		i, ok := sliceIndex(es.Name, svc.Name, g)
+		i, ok := sliceIndex(es.Name, set.prefix, g)
 		if !ok {
 			obsolete = append(obsolete, es)
 			continue
@@ -241,12 +267,12 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, s *index.Servi
 			ids[i], portsKeys[i] = endpointIDs(es), portsKey(es.Ports)
 		}
 		for _, p := range place(want[g], ids, portsKeys, r.cfg.MaxEndpoints) {
-			desired := r.slice(k, svc, g, p)
+			desired := set.slice(g, p)
 			if have, ok := cur[p.index]; ok {
 				delete(cur, p.index)
 				errs = append(errs, r.updateSlice(ctx, have, desired))
 			} else {
-				errs = append(errs, r.createSlice(ctx, k, desired))
+				errs = append(errs, r.createSlice(ctx, k, set.blocks, desired))
 			}
 		}
 		for _, es := range cur {
@@ -262,21 +288,43 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, s *index.Servi
 	return errors.Join(errs...)
 }
 
-// slice builds desired slice p of group g.
-func (r *reconciler) slice(k index.Key, svc *corev1.Service, g group, p placed) *discoveryv1.EndpointSlice {
-	labels := ownLabels(k.Name, r.cfg.Owner)
+// sliceSet is one set of slices written for a global service: the -global Service's or, with
+// serviceimports on, the ServiceImport's. Slices are named <prefix>-<cluster>-<family>-<i>.
+type sliceSet struct {
+	namespace, prefix string
+	labels            map[string]string // besides the cluster's
+	clusterLabels     []string          // labels whose value is the slice's member cluster
+	owner             metav1.OwnerReference
+	blocks            string // what a conflict on one of its names blocks
+}
+
+// globalSet is the slices of the -global Service svc.
+func globalSet(k index.Key, svc *corev1.Service, owner string) sliceSet {
+	labels := ownLabels(k.Name, owner)
 	labels[discoveryv1.LabelServiceName] = svc.Name
 	labels[discoveryv1.LabelManagedBy] = ControllerName
-	labels[LabelCluster] = g.cluster
+	return sliceSet{
+		namespace: svc.Namespace, prefix: svc.Name, labels: labels, clusterLabels: []string{LabelCluster},
+		// The Service controls its slices (the garbage collector deletes them with it). No
+		// blockOwnerDeletion: it would need update rights on services/finalizers on clusters
+		// that enforce owner-reference permissions, and nothing waits on it.
+		owner:  metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true)},
+		blocks: blocksGlobal,
+	}
+}
+
+// slice builds desired slice p of group g.
+func (set sliceSet) slice(g group, p placed) *discoveryv1.EndpointSlice {
+	labels := maps.Clone(set.labels)
+	for _, l := range set.clusterLabels {
+		labels[l] = g.cluster
+	}
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: svc.Namespace,
-			Name:      sliceName(svc.Name, g, p.index),
-			Labels:    labels,
-			// The Service controls its slices (the garbage collector deletes them with it). No
-			// blockOwnerDeletion: it would need update rights on services/finalizers on clusters
-			// that enforce owner-reference permissions, and nothing waits on it.
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true)}},
+			Namespace:       set.namespace,
+			Name:            sliceName(set.prefix, g, p.index),
+			Labels:          labels,
+			OwnerReferences: []metav1.OwnerReference{set.owner},
 		},
 		AddressType: g.family,
 		Endpoints:   p.endpoints,
@@ -284,11 +332,11 @@ func (r *reconciler) slice(k index.Key, svc *corev1.Service, g group, p placed) 
 	}
 }
 
-func (r *reconciler) createSlice(ctx context.Context, k index.Key, want *discoveryv1.EndpointSlice) error {
+func (r *reconciler) createSlice(ctx context.Context, k index.Key, blocks string, want *discoveryv1.EndpointSlice) error {
 	api := r.client.DiscoveryV1().EndpointSlices(want.Namespace)
 	created, err := api.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return r.alreadyExists(ctx, k, func() (metav1.Object, error) {
+		return r.alreadyExists(ctx, k, blocks, func() (metav1.Object, error) {
 			return api.Get(ctx, want.Name, metav1.GetOptions{})
 		})
 	}

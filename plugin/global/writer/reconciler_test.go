@@ -28,7 +28,7 @@ const testOwner = "kube-system.coredns-global-writer"
 
 func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 	client := fake.NewClientset(objs...)
-	st := newStore(client, nil, testOwner)
+	st := newStore(client, nil, nil, testOwner)
 	// The store holds what its label selectors would let in.
 	for _, o := range objs {
 		m, _ := o.(metav1.Object)
@@ -44,7 +44,7 @@ func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 	}
 	return &reconciler{
 		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology(), Owner: testOwner},
-		client: client, store: st, tracker: newTracker(), conflicts: &conflicts{active: map[index.Key]string{}},
+		client: client, store: st, tracker: newTracker(), conflicts: newConflicts(),
 	}, client
 }
 
@@ -223,7 +223,7 @@ func TestReconcilerOwnership(t *testing.T) {
 	if n := writes(client); n != 1 { // the refused create
 		t.Errorf("%d writes, want the one refused create: %v", n, client.Actions())
 	}
-	if c := r.conflicts.active[s.Key]; !strings.Contains(c, "belongs to another writer") {
+	if c := r.conflicts.active[conflictKey{s.Key, blocksGlobal}]; !strings.Contains(c, "belongs to another writer") {
 		t.Errorf("conflict %q", c)
 	}
 }

@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"sync/atomic"
+
 	"github.com/globaldns/global/plugin/global/index"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,18 +11,28 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
+	mcsinformers "sigs.k8s.io/mcs-api/pkg/client/informers/externalversions"
 )
 
 // store is the writer's view of what it wrote: informers on its own Services and EndpointSlices
-// only (selected by our labels and this writer's LabelWriter), per watched namespace. It runs on
-// every replica, so a new leader starts warm.
+// (the -global ones and the MCS ones) and, with `serviceimports on`, ServiceImports, selected by
+// our labels and this writer's LabelWriter, per watched namespace. It runs on every replica, so a
+// new leader starts warm.
 type store struct {
 	factories []informers.SharedInformerFactory
-	scopes    map[string]*scoped // "" when watching all namespaces
+	// importFactories are started only once the ServiceImport CRD is known to be installed: a
+	// reflector on a missing resource fails and logs forever.
+	importFactories []mcsinformers.SharedInformerFactory
+	scopes          map[string]*scoped // "" when watching all namespaces
+	// importsAvailable is set once the ServiceImport CRD is found and importFactories started.
+	importsAvailable atomic.Bool
 }
 
 type scoped struct {
 	services, slices cache.SharedIndexInformer
+	imports          cache.SharedIndexInformer // nil unless serviceimports on
 }
 
 // byGlobal indexes our objects by the global service they were written for, namespace/name,
@@ -28,7 +40,8 @@ type scoped struct {
 // found, and deleted, with the global service's.
 const byGlobal = "global"
 
-func newStore(client kubernetes.Interface, namespaces []string, owner string) *store {
+// newStore makes the informers; mcs is nil unless serviceimports on.
+func newStore(client kubernetes.Interface, mcs mcsclient.Interface, namespaces []string, owner string) *store {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
@@ -45,7 +58,16 @@ func newStore(client kubernetes.Interface, namespaces []string, owner string) *s
 			services: factory(ServiceSelector(owner)).Core().V1().Services().Informer(),
 			slices:   factory(SliceSelector(owner)).Discovery().V1().EndpointSlices().Informer(),
 		}
-		for _, inf := range []cache.SharedIndexInformer{sc.services, sc.slices} {
+		infs := []cache.SharedIndexInformer{sc.services, sc.slices}
+		if mcs != nil {
+			f := mcsinformers.NewSharedInformerFactoryWithOptions(mcs, 0, mcsinformers.WithNamespace(ns),
+				mcsinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ServiceSelector(owner) }),
+				mcsinformers.WithTransform(dropManagedFields))
+			c.importFactories = append(c.importFactories, f)
+			sc.imports = f.Multicluster().V1alpha1().ServiceImports().Informer()
+			infs = append(infs, sc.imports)
+		}
+		for _, inf := range infs {
 			if err := inf.AddIndexers(cache.Indexers{byGlobal: func(obj any) ([]string, error) {
 				if k, ok := keyOf(obj); ok {
 					return []string{k.String()}, nil
@@ -90,14 +112,33 @@ func (c *store) get(k index.Key) existing {
 	for _, obj := range objs {
 		out.slices = append(out.slices, obj.(*discoveryv1.EndpointSlice))
 	}
+	if sc.imports != nil {
+		objs, _ = sc.imports.GetIndexer().ByIndex(byGlobal, k.String())
+		for _, obj := range objs {
+			out.imports = append(out.imports, obj.(*mcsv1alpha1.ServiceImport))
+		}
+	}
 	return out
+}
+
+// importsSynced reports whether the ServiceImport informers hold what the API has.
+func (c *store) importsSynced() bool {
+	for _, sc := range c.scopes {
+		if sc.imports == nil || !sc.imports.HasSynced() {
+			return false
+		}
+	}
+	return true
 }
 
 // keys returns the global services that have objects of ours.
 func (c *store) keys() []index.Key {
 	var out []index.Key
 	for _, sc := range c.scopes {
-		for _, inf := range []cache.SharedIndexInformer{sc.services, sc.slices} {
+		for _, inf := range []cache.SharedIndexInformer{sc.services, sc.slices, sc.imports} {
+			if inf == nil {
+				continue
+			}
 			for _, obj := range inf.GetStore().List() {
 				if k, ok := keyOf(obj); ok {
 					out = append(out, k)

@@ -21,11 +21,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
 // Config is what the Corefile says about writing.
@@ -36,6 +36,9 @@ type Config struct {
 	Workers      int
 	Owner        string        // this writer's LabelWriter value: Owner(lease)
 	Resync       time.Duration // how often a term looks at everything again; default DefaultResync
+	// ServiceImports: also write a ServiceImport and MCS EndpointSlices per global service (see
+	// mcs.go). Off, the ServiceImports written earlier are deleted.
+	ServiceImports bool
 }
 
 const (
@@ -68,20 +71,31 @@ type Writer struct {
 }
 
 // New returns a Writer for ix; it subscribes to ix, so call it before ix runs. Nothing runs
-// before Start.
-func New(client kubernetes.Interface, ix *index.Index, namespaces []string, cfg Config) *Writer {
+// before Start. mcs writes the ServiceImports (serviceimports on) or deletes those written before
+// (off); nil, it does neither.
+func New(client kubernetes.Interface, mcs mcsclient.Interface, ix *index.Index, namespaces []string, cfg Config) *Writer {
 	if cfg.Resync <= 0 {
 		cfg.Resync = DefaultResync
 	}
-	st := newStore(client, namespaces, cfg.Owner)
+	if mcs == nil {
+		cfg.ServiceImports = false
+	}
+	var storeMCS mcsclient.Interface
+	if cfg.ServiceImports {
+		storeMCS = mcs
+	}
+	st := newStore(client, storeMCS, namespaces, cfg.Owner)
 	w := &Writer{
 		cfg: cfg, index: ix, namespaces: namespaces, store: st,
-		rec: &reconciler{cfg: cfg, client: client, store: st, tracker: newTracker(), conflicts: &conflicts{active: map[index.Key]string{}}},
+		rec: &reconciler{cfg: cfg, client: client, mcs: mcs, store: st, tracker: newTracker(), conflicts: newConflicts()},
 	}
 	ix.Subscribe(w.enqueue)
 	for _, sc := range st.scopes {
 		sc.services.AddEventHandler(w.echoes(nil))
 		sc.slices.AddEventHandler(w.echoes(w.rec.tracker))
+		if sc.imports != nil {
+			sc.imports.AddEventHandler(w.echoes(nil))
+		}
 	}
 	return w
 }
@@ -91,17 +105,66 @@ func New(client kubernetes.Interface, ix *index.Index, namespaces []string, cfg 
 func (w *Writer) Start(ctx context.Context) {
 	bcast := record.NewBroadcaster()
 	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.rec.client.CoreV1().Events("")})
-	w.rec.conflicts.setRecorder(bcast.NewRecorder(scheme.Scheme, corev1.EventSource{Component: ManagedBy}))
+	w.rec.conflicts.setRecorder(bcast.NewRecorder(eventScheme, corev1.EventSource{Component: ManagedBy}))
 	for _, f := range w.store.factories {
 		f.Start(ctx.Done())
+	}
+	if w.cfg.ServiceImports {
+		go w.findImports(ctx)
+	} else {
+		telemetry.ServiceImportsUnavailable.Set(0) // a reload turned it off
 	}
 	go func() {
 		<-ctx.Done()
 		for _, f := range w.store.factories {
 			f.Shutdown()
 		}
+		for _, f := range w.store.importFactories {
+			f.Shutdown()
+		}
 		bcast.Shutdown()
 	}()
+}
+
+// findImports starts the ServiceImport informers once the API serves ServiceImports. Until then
+// (the CRD not installed) it says so once, and writes nothing of the kind; the -global objects are
+// written all the same. It looks again every Resync, so installing the CRD later needs no restart.
+func (w *Writer) findImports(ctx context.Context) {
+	missing := false
+	retry := time.Second
+	for {
+		ok, err := importsInstalled(w.rec.client.Discovery())
+		wait := w.cfg.Resync
+		switch {
+		case err != nil:
+			// The API is unreachable or failing: ask again soon, quietly (the watches say it).
+			telemetry.Log.Debugf("writer: looking for the %s CRD: %v", ServiceImportCRD, err)
+			wait, retry = retry, min(2*retry, time.Minute)
+		case ok:
+			if missing {
+				telemetry.Log.Infof("serviceimports on: the %s CRD is installed now: writing ServiceImports", ServiceImportCRD)
+			}
+			telemetry.ServiceImportsUnavailable.Set(0)
+			w.store.importsAvailable.Store(true)
+			for _, f := range w.store.importFactories {
+				f.Start(ctx.Done())
+			}
+			for _, k := range w.index.Snapshot().Keys() {
+				w.enqueue(k)
+			}
+			return
+		case !missing:
+			missing = true
+			telemetry.ServiceImportsUnavailable.Set(1)
+			telemetry.Log.Warningf("serviceimports on: the %s CRD is not installed: no ServiceImports or MCS EndpointSlices are written "+
+				"(the %s Services and their EndpointSlices are); install it (sigs.k8s.io/mcs-api config/crd) and they will be", ServiceImportCRD, w.cfg.Suffix)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }
 
 func (w *Writer) enqueue(k index.Key) {
@@ -179,6 +242,7 @@ func (w *Writer) Run(ctx context.Context) {
 				q.Add(k)
 			}
 			w.sweep(ctx)
+			w.sweepImports(ctx)
 			select {
 			case <-ctx.Done():
 				return
@@ -255,6 +319,43 @@ func (w *Writer) sweep(ctx context.Context) {
 		}
 	} else {
 		w.sweepErr = ""
+	}
+}
+
+// sweepImports deletes the ServiceImports of this writer that no sync deletes: with
+// serviceimports off, all of them (there is no informer on them; their slices are the store's, and
+// go with each sync, or with the ServiceImport through the garbage collector); with it on, those
+// in namespaces no longer watched. One cluster-wide, label-selected list; where ServiceImports are
+// not served (no CRD) or not readable (RBAC granted for serviceimports on only), there is nothing
+// this writer could have written, or nothing it may do: said at debug level only.
+func (w *Writer) sweepImports(ctx context.Context) {
+	mcs := w.rec.mcs
+	if mcs == nil || w.cfg.ServiceImports && (len(w.namespaces) == 0 || !w.store.importsAvailable.Load()) {
+		return
+	}
+	l, err := mcs.MulticlusterV1alpha1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ServiceSelector(w.cfg.Owner) + "," + LabelService})
+	if err != nil {
+		if ctx.Err() == nil {
+			telemetry.Log.Debugf("writer: looking for ServiceImports written earlier: %v", err)
+		}
+		return
+	}
+	deleted := 0
+	for i := range l.Items {
+		si := &l.Items[i]
+		if w.cfg.ServiceImports && slices.Contains(w.namespaces, si.Namespace) {
+			continue
+		}
+		if err := w.rec.deleteImport(ctx, si); err != nil {
+			if ctx.Err() == nil {
+				telemetry.Log.Warningf("writer: cannot delete ServiceImport %s/%s: %v", si.Namespace, si.Name, err)
+			}
+			continue
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		telemetry.Log.Infof("writer: deleted %d ServiceImports it wrote (serviceimports %s)", deleted, map[bool]string{true: "on, namespaces no longer watched", false: "off"}[w.cfg.ServiceImports])
 	}
 }
 

@@ -26,7 +26,7 @@ func TestTermsDoNotOverlap(t *testing.T) {
 	ix := index.New(indextest.Topology(), indextest.New())
 	ix.Start()
 	ix.Publish()
-	w := New(fake.NewClientset(), ix, nil, Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology()})
+	w := New(fake.NewClientset(), nil, ix, nil, Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology()})
 	w.Start(ctx)
 
 	first, endFirst := context.WithCancel(ctx)
@@ -85,7 +85,7 @@ func TestSweepDeletesOnlyOursOutsideTheNamespaces(t *testing.T) {
 	}
 	client := fake.NewClientset(objs...)
 	ix := index.New(indextest.Topology(), indextest.New())
-	w := New(client, ix, []string{"kept"}, Config{Suffix: DefaultSuffix, Owner: testOwner})
+	w := New(client, nil, ix, []string{"kept"}, Config{Suffix: DefaultSuffix, Owner: testOwner})
 	w.sweep(context.Background())
 	var deleted []string
 	for _, a := range client.Actions() {
