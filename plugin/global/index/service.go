@@ -222,8 +222,8 @@ func servicePorts(m *Member, ports []Port, warn *[]Warning) []Port {
 	return out
 }
 
-// (strings.Compare, not cmp.Compare: one comparison of the strings, not two; and records of one
-// Origin share their cluster: the sort of a big service is mostly this function.)
+// compareRecords is the order of a service's records: ready first, then IPv4 before IPv6, tier,
+// cluster, host and address.
 func compareRecords(a, b Record) int {
 	if a.Ready != b.Ready {
 		if a.Ready {
@@ -259,6 +259,8 @@ func dedupe(rs []Record) []Record {
 }
 
 // compareEndpoints is compareRecords without readiness: the order of records of one readiness.
+// The sort of a big service is mostly this function: strings.Compare, not cmp.Compare (one
+// comparison of the strings, not two), and records of one Origin share their cluster.
 func compareEndpoints(a, b Record) int {
 	if a.is4 != b.is4 {
 		if a.is4 {
