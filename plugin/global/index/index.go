@@ -207,8 +207,6 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 		Serial:     max(old.Serial+1, uint32(time.Now().Unix())),
 		Published:  time.Now(),
 	}
-	var copiedBranch [fanout]bool
-	copiedShard := map[[2]uint64]bool{}
 	changed := make([]Key, 0, len(dirty))
 	for k := range dirty {
 		prev, svc := old.Service(k), ix.topo.Build(k, ix.src)
@@ -216,16 +214,15 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 			continue
 		}
 		changed = append(changed, k)
-		// Copy on write: the branch and the shard this publication changes, once each.
+		// Copy on write: the branch and the shard this publication changes, once each (what is
+		// still the old snapshot's has not been copied yet).
 		i, j := shardOf(k.Name)
-		if !copiedBranch[i] {
+		if next.branches[i] == old.branches[i] {
 			b := *next.branches[i]
-			next.branches[i], copiedBranch[i] = &b, true
+			next.branches[i] = &b
 		}
-		if !copiedShard[[2]uint64{i, j}] {
-			sh := next.branches[i][j]
+		if sh := next.branches[i][j]; sh == old.branches[i][j] {
 			next.branches[i][j] = &shard{services: maps.Clone(sh.services), names: maps.Clone(sh.names)}
-			copiedShard[[2]uint64{i, j}] = true
 		}
 		next.set(k, prev, svc)
 		ix.account(prev, svc)

@@ -225,13 +225,21 @@ func servicePorts(m *Member, ports []Port, warn *[]Warning) []Port {
 // compareRecords is the order of a service's records: ready first, then IPv4 before IPv6, tier,
 // cluster, host and address.
 func compareRecords(a, b Record) int {
-	if a.Ready != b.Ready {
-		if a.Ready {
-			return -1
-		}
-		return 1
+	if c := trueFirst(a.Ready, b.Ready); c != 0 {
+		return c
 	}
 	return compareEndpoints(a, b)
+}
+
+// trueFirst orders true before false.
+func trueFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
 }
 
 // dedupe drops, from sorted records, the second copies of an endpoint (the same address of the
@@ -262,11 +270,8 @@ func dedupe(rs []Record) []Record {
 // The sort of a big service is mostly this function: strings.Compare, not cmp.Compare (one
 // comparison of the strings, not two), and records of one Origin share their cluster.
 func compareEndpoints(a, b Record) int {
-	if a.is4 != b.is4 {
-		if a.is4 {
-			return -1
-		}
-		return 1
+	if c := trueFirst(a.is4, b.is4); c != 0 {
+		return c
 	}
 	if c := cmp.Compare(a.Tier, b.Tier); c != 0 {
 		return c
