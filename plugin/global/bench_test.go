@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -81,7 +82,8 @@ func BenchmarkPublish(b *testing.B) {
 }
 
 // BenchmarkRebuild is one change to a global service of N endpoints (one member, slices of 100):
-// rebuilt from its slices and published.
+// one endpoint of one slice turns not ready or ready again (a new slice, as an update is), and
+// the service is rebuilt and published.
 func BenchmarkRebuild(b *testing.B) {
 	for _, n := range []int{10, 10000} {
 		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
@@ -97,14 +99,29 @@ func BenchmarkRebuild(b *testing.B) {
 				}
 				sls = append(sls, indextest.Slice(ports, eps...))
 			}
-			src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, sls...)
+			m := src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, sls...)
 			ix.Changed(k)
 			ix.Start()
 			ix.Publish()
+			// Each slice in turn, as it is and with its first endpoint's readiness flipped.
+			flipped := make([]*index.Slice, len(sls))
+			for i, sl := range sls {
+				f := *sl
+				f.Endpoints = slices.Clone(sl.Endpoints)
+				f.Endpoints[0] = indextest.NotReady(f.Endpoints[0])
+				flipped[i] = &f
+			}
 			b.ReportAllocs()
+			i := 0
 			for b.Loop() {
+				cur := slices.Clone(sls)
+				if j := i % len(sls); i/len(sls)%2 == 0 {
+					cur[j] = flipped[j]
+				}
+				src.SetSlices(m, cur...)
 				ix.Changed(k)
 				ix.Publish()
+				i++
 			}
 		})
 	}

@@ -23,27 +23,53 @@ func newHealth(topo *Topology) health {
 	return health{topo: topo, counts: map[string]*clusterCounts{}, reported: map[string]clusterCounts{}, down: map[string]bool{}}
 }
 
-// add counts svc's records with sign +1 (published) or -1 (replaced); svc may be nil. Records of
-// a cluster are mostly adjacent: the map is asked once per run of them, not once per record.
+// add counts svc's records with sign +1 (published) or -1 (replaced); svc may be nil. A big
+// service has them counted already; a small one's records of a cluster are mostly adjacent: the
+// map is asked once per run of them, not once per record.
 func (h *health) add(svc *Service, sign int) {
-	if svc == nil {
-		return
-	}
-	var c *clusterCounts
-	cluster := ""
-	for i := range svc.Records {
-		r := &svc.Records[i]
-		if c == nil || r.Cluster != cluster {
-			if cluster = r.Cluster; h.counts[cluster] == nil {
-				h.counts[cluster] = &clusterCounts{}
+	switch {
+	case svc == nil:
+	case svc.inc != nil:
+		for i, n := range svc.inc.counts {
+			h.of(svc.clusters[i].name).plus(n, sign)
+		}
+	default:
+		var c *clusterCounts
+		cluster := ""
+		for i := range svc.Records {
+			r := &svc.Records[i]
+			if c == nil || r.Cluster != cluster {
+				cluster = r.Cluster
+				c = h.of(cluster)
 			}
-			c = h.counts[cluster]
-		}
-		c.states[r.stateIndex()] += sign
-		if r.Gateway == GatewayUnknown && r.Cluster != h.topo.Local {
-			c.noPodMirror += sign
+			c.add(r, h.topo.Local, sign)
 		}
 	}
+}
+
+func (h *health) of(cluster string) *clusterCounts {
+	c := h.counts[cluster]
+	if c == nil {
+		c = &clusterCounts{}
+		h.counts[cluster] = c
+	}
+	return c
+}
+
+// add counts r, a record of this cluster's name local or a linked one's, with sign.
+func (c *clusterCounts) add(r *Record, local string, sign int) {
+	c.states[r.stateIndex()] += sign
+	if r.Gateway == GatewayUnknown && r.Cluster != local {
+		c.noPodMirror += sign
+	}
+}
+
+// plus adds n times sign to c.
+func (c *clusterCounts) plus(n clusterCounts, sign int) {
+	for i := range c.states {
+		c.states[i] += sign * n.states[i]
+	}
+	c.noPodMirror += sign * n.noPodMirror
 }
 
 // report sets the gauges of the clusters whose counts changed since the last report, and logs

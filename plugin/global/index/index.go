@@ -209,7 +209,8 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 	}
 	changed := make([]Key, 0, len(dirty))
 	for k := range dirty {
-		prev, svc := old.Service(k), ix.topo.Build(k, ix.src)
+		prev := old.Service(k)
+		svc := ix.topo.Rebuild(prev, k, ix.src)
 		if prev == nil && svc == nil {
 			continue
 		}

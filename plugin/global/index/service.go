@@ -25,6 +25,7 @@ type Service struct {
 	v4, ready int          // Records[:v4] are the ready IPv4 records, Records[v4:ready] the IPv6 ones
 	clusters  []clusterRun // where each member cluster's ready records are
 	built     int64        // when it was built, in Unix nanoseconds
+	inc       *incremental // nil below incrementalMin records
 }
 
 // Built returns when the service was built: the last change of any of its objects.
@@ -78,7 +79,10 @@ func hostRun(rs []Record, host string) []Record {
 }
 
 // Warning is surprising input met while building a service: Reason is a metric label, Detail a log line.
-type Warning struct{ Reason, Detail string }
+type Warning struct {
+	Reason, Detail string
+	cluster, host  string // of a duplicate hostname
+}
 
 // Reasons for warnings.
 const (
@@ -89,68 +93,319 @@ const (
 )
 
 func warnf(ws *[]Warning, reason, format string, args ...any) {
-	*ws = append(*ws, Warning{reason, fmt.Sprintf(format, args...)})
+	*ws = append(*ws, Warning{Reason: reason, Detail: fmt.Sprintf(format, args...)})
 }
 
 // Build assembles the global service k from its members and their slices; nil when it has no member.
-func (t *Topology) Build(k Key, src Source) *Service {
+func (t *Topology) Build(k Key, src Source) *Service { return t.Rebuild(nil, k, src) }
+
+// Rebuild assembles the global service k again after a change; prev is what it was (nil: new).
+// A big service whose members are the same and whose per-pod mirrors did not change is rebuilt
+// from the slices that changed, merged into prev's sorted records (see update): a change costs
+// what it changes, not the service's size.
+func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
+	s, slicesOf, gen := t.members(k, src)
+	if s == nil {
+		return nil
+	}
+	if prev != nil && prev.inc != nil && prev.inc.gen == gen && slices.Equal(prev.Members, s.Members) && t.update(prev, s, slicesOf, src) {
+		return s
+	}
+	t.build(s, slicesOf, src, gen)
+	return s
+}
+
+// members starts building k: its accepted members and their slices, and the generation of the
+// per-pod mirrors read before them. s is nil when k has no member.
+func (t *Topology) members(k Key, src Source) (s *Service, slicesOf [][]*Slice, gen uint64) {
+	gen = src.PodMirrorGeneration() // before anything is read: a later change makes it stale
 	members := src.Members(k)
 	if len(members) == 0 {
-		return nil
+		return nil, nil, gen
 	}
-	s := &Service{Key: k, built: time.Now().UnixNano()}
-	s.Members = t.acceptMembers(members, &s.Warnings)
-	if len(s.Members) == 0 {
-		return nil
+	s = &Service{Key: k, built: time.Now().UnixNano()}
+	if s.Members = t.acceptMembers(members, &s.Warnings); len(s.Members) == 0 {
+		return nil, nil, gen
 	}
-
-	slicesOf := make([][]*Slice, len(s.Members))
-	total := 0
+	slicesOf = make([][]*Slice, len(s.Members))
 	for i, m := range s.Members {
 		slicesOf[i] = src.Slices(m)
-		for _, sl := range slicesOf[i] {
+	}
+	return s, slicesOf, gen
+}
+
+// build makes s's records from every slice of its members: a full rebuild.
+func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gen uint64) {
+	total, ordinals := 0, 0
+	for _, sls := range slicesOf {
+		ordinals += len(sls)
+		for _, sl := range sls {
 			total += len(sl.Endpoints)
 		}
 	}
+	var inc *incremental
+	if total >= incrementalMin {
+		inc = &incremental{gen: gen, slices: make([]*Slice, 0, ordinals)}
+	}
 	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
+	ordinal := uint32(0)
 	for i, m := range s.Members {
-		cluster := m.Cluster
-		if m.Local() {
-			cluster = t.Local
-		}
-		tier := t.Tier(cluster)
-		var pods liveness
-		if !m.Local() {
-			pods = newLiveness(src.PodMirrors(m))
-		}
-		var origin *Origin
+		rb := t.recordsOf(m, src)
 		for _, sl := range slicesOf[i] {
-			ports := sl.Ports
-			if !m.Local() {
-				ports = servicePorts(m, sl.Ports, &s.Warnings)
+			s.Records = rb.add(s.Records, sl, ordinal, &s.Warnings)
+			if inc != nil {
+				inc.slices = append(inc.slices, sl)
 			}
-			// Port lists are interned: slices of one member nearly always share one origin.
-			if origin == nil || !samePorts(origin.Ports, ports) {
-				origin = m.originOf(cluster, ports)
-			}
-			for e := range sl.Endpoints {
-				ep := &sl.Endpoints[e]
-				r := Record{Endpoint: ep, Origin: origin, Tier: tier, Gateway: pods.of(ep.Addr())}
-				if r.Gateway == GatewayDown && (ep.Ready || ep.Serving) {
-					down := *ep
-					down.Ready, down.Serving = false, false
-					r.Endpoint = &down
-				}
-				s.Records = append(s.Records, r)
-			}
+			ordinal++
 		}
 	}
 	slices.SortFunc(s.Records, compareRecords)
-	if d := dedupe(s.Records); len(d) < len(s.Records) {
-		s.Records = slices.Clone(d)
+	if inc == nil {
+		if d := dedupe(s.Records); len(d) < len(s.Records) {
+			s.Records = slices.Clone(d)
+		}
+	} else {
+		// A big service keeps its records before dedupe too: a copy dropped now is the one
+		// answered once the slice that has the other goes.
+		inc.all = s.Records
+		if d := dedupe(slices.Clone(s.Records)); len(d) < len(s.Records) {
+			s.Records, inc.dups = slices.Clip(d), true
+		}
 	}
-	s.index(t.Local)
-	return s
+	s.inc = inc
+	s.locate(t)
+	s.warnDuplicateHosts(s.All())
+	if inc != nil {
+		inc.counts = s.countRecords(t.Local)
+	}
+}
+
+// recordBuilder makes the records of one member's slices.
+type recordBuilder struct {
+	m       *Member
+	cluster string
+	tier    uint8
+	pods    liveness
+	origin  *Origin
+}
+
+func (t *Topology) recordsOf(m *Member, src Source) *recordBuilder {
+	rb := &recordBuilder{m: m, cluster: m.Cluster}
+	if m.Local() {
+		rb.cluster = t.Local
+	} else {
+		rb.pods = newLiveness(src.PodMirrors(m))
+	}
+	rb.tier = t.Tier(rb.cluster)
+	return rb
+}
+
+// add appends the records of slice sl, whose ordinal is ordinal, to rs.
+func (rb *recordBuilder) add(rs []Record, sl *Slice, ordinal uint32, warn *[]Warning) []Record {
+	ports := sl.Ports
+	if !rb.m.Local() {
+		ports = servicePorts(rb.m, sl.Ports, warn)
+	}
+	// Port lists are interned: slices of one member nearly always share one origin.
+	if rb.origin == nil || !samePorts(rb.origin.Ports, ports) {
+		rb.origin = rb.m.originOf(rb.cluster, ports)
+	}
+	for e := range sl.Endpoints {
+		ep := &sl.Endpoints[e]
+		r := Record{Endpoint: ep, Origin: rb.origin, Tier: rb.tier, Gateway: rb.pods.of(ep.Addr()), slice: ordinal}
+		if r.Gateway == GatewayDown && (ep.Ready || ep.Serving) {
+			down := *ep
+			down.Ready, down.Serving = false, false
+			r.Endpoint = &down
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// incrementalMin is the number of records from which a service keeps what an incremental
+// rebuild needs: below it a full rebuild takes microseconds.
+const incrementalMin = 256
+
+// incremental is what a big service keeps so that a change to a few of its slices is merged into
+// its records instead of sorting them all again.
+type incremental struct {
+	gen    uint64          // Source.PodMirrorGeneration read before the build read per-pod mirrors
+	slices []*Slice        // by ordinal (Record.slice); nil: free
+	all    []Record        // every record, sorted, copies of an endpoint included
+	dups   bool            // all has copies: Records is all deduped, not all itself
+	counts []clusterCounts // Records by member cluster (as clusters) and state, for health
+	merged bool            // built by update, not whole (for tests)
+}
+
+// update makes s, whose members are prev's, from prev and the slices that changed since: the
+// new slices' records are sorted and merged into prev's, the records of slices that went are
+// dropped. It returns false when a full rebuild is due: a quarter of the records changed, or
+// copies of an endpoint (in two slices) come or go in a way a merge cannot tell.
+func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) bool {
+	old := prev.inc
+	ordinal := make(map[*Slice]uint32, len(old.slices))
+	for o, sl := range old.slices {
+		if sl != nil {
+			ordinal[sl] = uint32(o)
+		}
+	}
+	kept := make([]bool, len(old.slices))
+	type added struct {
+		member int
+		slice  *Slice
+	}
+	var adds []added
+	changed := 0
+	for i, sls := range slicesOf {
+		for _, sl := range sls {
+			if o, ok := ordinal[sl]; ok {
+				kept[o] = true
+				if m := s.Members[i]; !m.Local() {
+					servicePorts(m, sl.Ports, &s.Warnings) // the warnings only: its records are kept
+				}
+				continue
+			}
+			adds = append(adds, added{i, sl})
+			changed += len(sl.Endpoints)
+		}
+	}
+	inc := &incremental{gen: old.gen, slices: slices.Clone(old.slices), counts: slices.Clone(old.counts), merged: true}
+	var free []uint32
+	gone := 0 // records of the slices that went: one per endpoint
+	for o, sl := range old.slices {
+		if sl != nil && !kept[o] {
+			gone += len(sl.Endpoints)
+			inc.slices[o] = nil
+		}
+		if inc.slices[o] == nil {
+			free = append(free, uint32(o))
+		}
+	}
+	if (changed+gone)*4 > len(old.all) || len(old.all)+changed-gone < incrementalMin {
+		return false
+	}
+
+	// The new slices' records, sorted.
+	var fresh []Record
+	builders := make([]*recordBuilder, len(s.Members))
+	for _, a := range adds {
+		rb := builders[a.member]
+		if rb == nil {
+			rb = t.recordsOf(s.Members[a.member], src)
+			builders[a.member] = rb
+		}
+		o := uint32(len(inc.slices))
+		if len(free) > 0 {
+			o, free = free[0], free[1:]
+			inc.slices[o] = a.slice
+		} else {
+			inc.slices = append(inc.slices, a.slice)
+		}
+		fresh = rb.add(fresh, a.slice, o, &s.Warnings)
+	}
+	slices.SortFunc(fresh, compareRecords)
+
+	// Merged: each new record goes where a binary search puts it; the old records between are
+	// copied in runs, without those of slices that went (their counts taken out).
+	s.Records = make([]Record, 0, len(old.all)+len(fresh)-gone)
+	rest := old.all
+	keep := func(rs []Record) {
+		for len(rs) > 0 {
+			i := 0
+			for i < len(rs) && kept[rs[i].slice] {
+				i++
+			}
+			s.Records = append(s.Records, rs[:i]...)
+			for ; i < len(rs) && !kept[rs[i].slice]; i++ {
+				count(inc.counts, prev.clusters, &rs[i], t.Local, -1)
+			}
+			rs = rs[i:]
+		}
+	}
+	at := make([]int, len(fresh)) // where each new record went
+	for i := range fresh {
+		r := &fresh[i]
+		j := sort.Search(len(rest), func(j int) bool { return compareRecords(rest[j], *r) > 0 })
+		keep(rest[:j])
+		rest = rest[j:]
+		at[i] = len(s.Records)
+		s.Records = append(s.Records, *r)
+		count(inc.counts, prev.clusters, r, t.Local, 1)
+	}
+	keep(rest)
+	inc.all = s.Records
+
+	// Copies of an endpoint: rare (a slice being rebalanced), so then the records are deduped and
+	// counted whole.
+	copies := old.dups || hasCopies(s.Records, at)
+	if copies {
+		if d := dedupe(slices.Clone(s.Records)); len(d) < len(s.Records) {
+			s.Records, inc.dups = slices.Clip(d), true
+		}
+	}
+	s.inc = inc
+	s.locate(t)
+	if copies {
+		inc.counts = s.countRecords(t.Local)
+	}
+	// Hostnames: what prev warned of, if still so, and the new ready records' own.
+	for _, w := range prev.Warnings {
+		if w.Reason == ReasonDuplicateHost {
+			s.warnIfDuplicateHost(w.cluster, w.host)
+		}
+	}
+	for i := range fresh {
+		if r := &fresh[i]; r.Ready {
+			s.warnIfDuplicateHost(r.Cluster, r.Host)
+		}
+	}
+	return true
+}
+
+// warnIfDuplicateHost warns of host in cluster if it has several ready addresses of one family.
+func (s *Service) warnIfDuplicateHost(cluster, host string) {
+	if v, _ := s.Host(cluster, host); len(v.A) > 1 || len(v.AAAA) > 1 {
+		s.warnDuplicateHost(cluster, host)
+	}
+}
+
+// hasCopies reports whether a record at one of the indexes at of sorted rs has another copy in
+// rs, of either readiness: what dedupe would drop. A copy of the same readiness is a neighbour.
+func hasCopies(rs []Record, at []int) bool {
+	for _, i := range at {
+		r := &rs[i]
+		if i > 0 && compareRecords(rs[i-1], *r) == 0 || i+1 < len(rs) && compareRecords(rs[i+1], *r) == 0 {
+			return true
+		}
+		other := !r.Ready
+		j := sort.Search(len(rs), func(j int) bool {
+			return cmp.Or(trueFirst(rs[j].Ready, other), compareEndpoints(rs[j], *r)) >= 0
+		})
+		if j < len(rs) && rs[j].Ready == other && compareEndpoints(rs[j], *r) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// countRecords counts s's records by member cluster (as s.clusters) and state.
+func (s *Service) countRecords(local string) []clusterCounts {
+	counts := make([]clusterCounts, len(s.clusters))
+	for i := range s.Records {
+		count(counts, s.clusters, &s.Records[i], local, 1)
+	}
+	return counts
+}
+
+// count adds sign to the count, in counts (as clusters), of r's cluster and state.
+func count(counts []clusterCounts, clusters []clusterRun, r *Record, local string, sign int) {
+	for i := range clusters {
+		if clusters[i].name == r.Cluster {
+			counts[i].add(r, local, sign)
+			return
+		}
+	}
 }
 
 // samePorts reports whether a and b are the same list (not only equal ones).
@@ -287,44 +542,47 @@ func compareEndpoints(a, b Record) int {
 	return bytes.Compare(a.addr[:], b.addr[:])
 }
 
-// index finds the views DNS answers from in the sorted records, so queries never sort.
-func (s *Service) index(local string) {
-	s.ready = prefixLen(s.Records, func(r *Record) bool { return r.Ready })
-	s.v4 = prefixLen(s.Records[:s.ready], func(r *Record) bool { return r.Family() == IPv4 })
-	all := s.All()
+// locate finds the views DNS answers from in the sorted records, so queries never sort: by
+// binary search, as the records are sorted by readiness, family, tier and cluster.
+func (s *Service) locate(t *Topology) {
+	rs := s.Records
+	s.ready = sort.Search(len(rs), func(i int) bool { return !rs[i].Ready })
+	s.v4 = sort.Search(s.ready, func(i int) bool { return !rs[i].is4 })
 	s.clusters = make([]clusterRun, 0, len(s.Members))
 	for _, m := range s.Members {
 		c := m.Cluster
 		if m.Local() {
-			c = local
+			c = t.Local
 		}
-		s.clusters = append(s.clusters, clusterRun{name: c, a: span(0, all.A, c), aaaa: span(s.v4, all.AAAA, c)})
+		tier := t.Tier(c)
+		s.clusters = append(s.clusters, clusterRun{name: c, a: span(rs, 0, s.v4, tier, c), aaaa: span(rs, s.v4, s.ready, tier, c)})
 	}
-	for t := range all.Targets() {
+}
+
+// warnDuplicateHosts warns of each endpoint in v that has several addresses of one family.
+func (s *Service) warnDuplicateHosts(v View) {
+	for t := range v.Targets() {
 		if len(t.A) > 1 || len(t.AAAA) > 1 {
-			warnf(&s.Warnings, ReasonDuplicateHost, "cluster %q has several endpoints with hostname %q: its per-pod name answers all of them", t.Cluster, t.Host)
+			s.warnDuplicateHost(t.Cluster, t.Host)
 		}
 	}
 }
 
-// span returns where cluster's records are in Records, given rs = Records[offset:...].
-func span(offset int, rs []Record, cluster string) [2]int32 {
-	i := slices.IndexFunc(rs, func(r Record) bool { return r.Cluster == cluster })
-	if i < 0 {
-		return [2]int32{int32(offset), int32(offset)}
+func (s *Service) warnDuplicateHost(cluster, host string) {
+	w := Warning{ReasonDuplicateHost, fmt.Sprintf("cluster %q has several endpoints with hostname %q: its per-pod name answers all of them", cluster, host), cluster, host}
+	if !slices.Contains(s.Warnings, w) {
+		s.Warnings = append(s.Warnings, w)
 	}
-	j := i
-	for j < len(rs) && rs[j].Cluster == cluster {
-		j++
-	}
-	return [2]int32{int32(offset + i), int32(offset + j)}
 }
 
-// prefixLen returns the length of the longest prefix of rs whose records all satisfy f.
-func prefixLen(rs []Record, f func(*Record) bool) int {
-	n := 0
-	for n < len(rs) && f(&rs[n]) {
-		n++
+// span returns where the records of cluster (of tier tier) are in rs[from:to], one family's
+// ready records.
+func span(rs []Record, from, to int, tier uint8, cluster string) [2]int32 {
+	at := func(i int) int {
+		r := &rs[i]
+		return cmp.Or(cmp.Compare(r.Tier, tier), strings.Compare(r.Cluster, cluster))
 	}
-	return n
+	i := from + sort.Search(to-from, func(i int) bool { return at(from+i) >= 0 })
+	j := i + sort.Search(to-i, func(k int) bool { return at(i+k) > 0 })
+	return [2]int32{int32(i), int32(j)}
 }

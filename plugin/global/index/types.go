@@ -142,6 +142,9 @@ type Source interface {
 	// PodMirrors returns the per-pod mirrors of mirror member m, in any order (none for local
 	// members), in a slice the caller owns.
 	PodMirrors(m *Member) []PodMirror
+	// PodMirrorGeneration changes whenever a PodMirrors answer may have: a service built after
+	// reading a generation that is still current has its gateway states right.
+	PodMirrorGeneration() uint64
 }
 
 // Gateway is what Linkerd's gateway probe says about a mirror record, through its per-pod mirror.
@@ -162,6 +165,7 @@ type Record struct {
 	*Origin   // cluster and ports
 	Tier      uint8
 	Gateway   Gateway // liveness of a mirror record's per-pod mirror
+	slice     uint32  // which slice of its service it came from (incremental.slices)
 }
 
 // Origin is what the records of one member (and one port list) share.

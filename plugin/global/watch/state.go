@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -96,6 +97,7 @@ type state struct {
 	mu     sync.RWMutex
 	spaces map[string]*space
 	sink   Sink
+	podGen atomic.Uint64 // counts writes to the tables that hold per-pod mirrors
 }
 
 // space is one namespace's objects.
@@ -221,6 +223,9 @@ func (s *state) apply(t *table, objs []object, dels []objectRef) {
 		m := o.objectMeta()
 		s.remove(t, m.namespace, t.key(m.name), c) // whatever it was before
 		s.put(t, o, c)
+	}
+	if len(objs)+len(dels) > 0 && (t.src == fromPodMirror || t.kind == kindService && t.src == fromMirror) {
+		s.podGen.Add(1) // before the lock goes: a reader of the new generation sees the write
 	}
 	sink := s.sink
 	s.mu.Unlock()

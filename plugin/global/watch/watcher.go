@@ -143,4 +143,7 @@ func (w *Watcher) Slices(m *index.Member) []*index.Slice { return w.state.slices
 // PodMirrors implements index.Source.
 func (w *Watcher) PodMirrors(m *index.Member) []index.PodMirror { return w.state.podMirrors(m) }
 
+// PodMirrorGeneration implements index.Source.
+func (w *Watcher) PodMirrorGeneration() uint64 { return w.state.podGen.Load() }
+
 var _ index.Source = (*Watcher)(nil)

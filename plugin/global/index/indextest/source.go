@@ -15,6 +15,7 @@ type Source struct {
 	members map[index.Key][]*index.Member
 	slices  map[*index.Member][]*index.Slice
 	pods    map[*index.Member][]index.PodMirror
+	podGen  uint64
 }
 
 // New returns an empty Source.
@@ -43,6 +44,7 @@ func (s *Source) SetPodMirrors(m *index.Member, pods ...index.PodMirror) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pods[m] = pods
+	s.podGen++
 }
 
 // PodMirror returns the per-pod mirror of address addr, ready or not.
@@ -66,6 +68,7 @@ func (s *Source) Remove(k index.Key, m *index.Member) {
 	}
 	delete(s.slices, m)
 	delete(s.pods, m)
+	s.podGen++
 }
 
 // Members implements index.Source.
@@ -87,6 +90,13 @@ func (s *Source) PodMirrors(m *index.Member) []index.PodMirror {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.pods[m])
+}
+
+// PodMirrorGeneration implements index.Source.
+func (s *Source) PodMirrorGeneration() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.podGen
 }
 
 // Endpoint returns a ready endpoint with one address.

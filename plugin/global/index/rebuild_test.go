@@ -1,0 +1,185 @@
+package index_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/index/indextest"
+)
+
+// TestRebuildMatchesBuild changes a big global service at random, one or a few slices at a time
+// (readiness, addresses, hostnames, copies of an endpoint in two slices, IPv6, slices coming and
+// going, per-pod mirrors going down, members coming and going), and after every change checks
+// that rebuilding it from the previous build (merged, when it may) answers exactly what building
+// it from scratch does.
+func TestRebuildMatchesBuild(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			r := newRandomService(rng)
+			topo := indextest.Topology()
+			prev := topo.Build(r.key, r.src)
+			merged := 0
+			for step := range 300 {
+				what := r.change()
+				got, want := topo.Rebuild(prev, r.key, r.src), topo.Build(r.key, r.src)
+				if d := index.DiffServices(got, want); d != "" {
+					t.Fatalf("step %d (%s): rebuilt from the previous build, not as built whole: %s", step, what, d)
+				}
+				if index.Merged(prev, got) {
+					merged++
+				}
+				prev = got
+			}
+			// The merge must have been what was tested, most of the time.
+			if merged < 150 {
+				t.Fatalf("only %d of 300 rebuilds merged", merged)
+			}
+		})
+	}
+}
+
+// randomService is a global service of a few hundred endpoints in slices of up to 40, local and
+// mirrored, that change at random.
+type randomService struct {
+	rng     *rand.Rand
+	src     *indextest.Source
+	key     index.Key
+	members []*index.Member
+	ports   []index.Port
+	next    int // for addresses and hostnames never used
+}
+
+func newRandomService(rng *rand.Rand) *randomService {
+	r := &randomService{rng: rng, src: indextest.New(), key: index.Key{Namespace: "db", Name: "big"},
+		ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}}
+	for _, cluster := range []string{"", "west", "north"} {
+		r.addMember(cluster)
+	}
+	return r
+}
+
+func (r *randomService) addMember(cluster string) {
+	name := r.key.Name
+	if cluster != "" {
+		name += "-" + cluster
+	}
+	m := &index.Member{Namespace: r.key.Namespace, Name: name, Origin: index.Origin{Cluster: cluster, Ports: r.ports}}
+	var sls []*index.Slice
+	for range 6 {
+		sls = append(sls, r.slice(30))
+	}
+	r.src.Add(r.key, m, sls...)
+	r.members = append(r.members, m)
+	if cluster != "" {
+		r.pods(m, 0)
+	}
+}
+
+// slice is a new slice of n endpoints, IPv6 one time in five.
+func (r *randomService) slice(n int) *index.Slice {
+	v6 := r.rng.IntN(5) == 0
+	eps := make([]index.Endpoint, 0, n)
+	for range n {
+		eps = append(eps, r.endpoint(v6))
+	}
+	return indextest.Slice(r.ports, eps...)
+}
+
+func (r *randomService) endpoint(v6 bool) index.Endpoint {
+	r.next++
+	addr := fmt.Sprintf("10.%d.%d.%d", r.next/65536, r.next/256%256, r.next%256)
+	if v6 {
+		addr = fmt.Sprintf("fd00::%x", r.next)
+	}
+	e := indextest.Endpoint(fmt.Sprintf("p-%d", r.next), addr)
+	if r.rng.IntN(4) == 0 {
+		e = indextest.NotReady(e)
+		e.Terminating = r.rng.IntN(2) == 0
+	}
+	return e
+}
+
+// pods sets every per-pod mirror of mirror m, down ones down in a hundred.
+func (r *randomService) pods(m *index.Member, down int) {
+	var pods []index.PodMirror
+	for _, sl := range r.src.Slices(m) {
+		for _, e := range sl.Endpoints {
+			pods = append(pods, index.PodMirror{Addr: e.Addr(), Ready: r.rng.IntN(100) >= down})
+		}
+	}
+	r.src.SetPodMirrors(m, pods...)
+}
+
+// change makes one random change and says what it was.
+func (r *randomService) change() string {
+	m := r.members[r.rng.IntN(len(r.members))]
+	sls := slices.Clone(r.src.Slices(m))
+	pick := func() int { return r.rng.IntN(len(sls)) }
+	switch op := r.rng.IntN(100); {
+	case op < 40 && len(sls) > 0: // one endpoint's readiness flips: the common change
+		i := pick()
+		sl := *sls[i]
+		sl.Endpoints = slices.Clone(sl.Endpoints)
+		e := &sl.Endpoints[r.rng.IntN(len(sl.Endpoints))]
+		e.Ready, e.Serving = !e.Ready, !e.Ready
+		sls[i] = &sl
+		r.src.SetSlices(m, sls...)
+		return "readiness flip"
+	case op < 55 && len(sls) > 0: // endpoints come and go in one slice
+		i := pick()
+		sl := *sls[i]
+		sl.Endpoints = slices.Clone(sl.Endpoints)
+		if len(sl.Endpoints) > 1 && r.rng.IntN(2) == 0 {
+			sl.Endpoints = slices.Delete(sl.Endpoints, 0, 1)
+		} else {
+			sl.Endpoints = append(sl.Endpoints, r.endpoint(sl.Family == index.IPv6))
+		}
+		sls[i] = &sl
+		r.src.SetSlices(m, sls...)
+		return "endpoints come and go"
+	case op < 65 && len(sls) > 0: // a copy of another slice's endpoint, ready or not (rebalancing)
+		from := sls[pick()]
+		e := from.Endpoints[r.rng.IntN(len(from.Endpoints))]
+		if r.rng.IntN(2) == 0 {
+			e = indextest.NotReady(e)
+		}
+		sls = append(sls, &index.Slice{Family: from.Family, Ports: from.Ports, Endpoints: []index.Endpoint{e}})
+		r.src.SetSlices(m, sls...)
+		return "a copy of an endpoint"
+	case op < 72 && len(sls) > 0: // a second address under a hostname: a duplicate hostname
+		from := sls[pick()]
+		e := r.endpoint(from.Family == index.IPv6)
+		e.Host = from.Endpoints[0].Host
+		e.Ready, e.Serving = true, true
+		sls = append(sls, &index.Slice{Family: from.Family, Ports: from.Ports, Endpoints: []index.Endpoint{e}})
+		r.src.SetSlices(m, sls...)
+		return "a duplicate hostname"
+	case op < 80 && len(sls) > 1: // a slice goes
+		i := pick()
+		r.src.SetSlices(m, slices.Delete(sls, i, i+1)...)
+		return "a slice goes"
+	case op < 88: // a slice comes
+		r.src.SetSlices(m, append(sls, r.slice(1+r.rng.IntN(30)))...)
+		return "a slice comes"
+	case op < 94 && !m.Local(): // the gateway: per-pod mirrors go down or up
+		r.pods(m, []int{0, 50, 100}[r.rng.IntN(3)])
+		return "per-pod mirrors"
+	case op < 96 && len(r.members) > 1: // a member goes
+		i := r.rng.IntN(len(r.members))
+		r.src.Remove(r.key, r.members[i])
+		r.members = slices.Delete(r.members, i, i+1)
+		return "a member goes"
+	default: // a member comes (or comes back), with its own slices
+		for _, c := range []string{"", "west", "north", "south"} {
+			if !slices.ContainsFunc(r.members, func(m *index.Member) bool { return m.Cluster == c }) {
+				r.addMember(c)
+				return "a member comes"
+			}
+		}
+		return "nothing"
+	}
+}
