@@ -13,49 +13,70 @@ import (
 )
 
 // Snapshot is an immutable view of every global service. Readers load it once per query and
-// never lock. Its services are sharded by name in a two-level tree, so that publishing a change
-// copies a branch of pointers and one shard of about N/1024 services, not every service: up to
-// hundreds of thousands of global services, the cost of a change does not grow with their number.
+// never lock. Its services are sharded by name in a three-level tree of 4,096 shards, so that
+// publishing a change copies three branches of pointers and one shard of about N/4,096 names, not
+// every service: up to a million global services, the cost of a change does not grow with their
+// number.
 type Snapshot struct {
-	branches   [fanout]*branch
+	root       *branch[*branch[*branch[*shard]]]
 	len        int            // global services
 	namespaces map[string]int // namespace -> number of global services in it that answer
+	ownsNS     bool           // namespaces is this snapshot's own copy (while it is being made)
 	// Serial changes whenever the snapshot does (seconds since the epoch, strictly increasing).
 	Serial uint32
 	// Published is when the snapshot replaced the previous one.
 	Published time.Time
 }
 
-// fanout is the width of each level: fanout² = 1,024 shards, about 100 services each at 100,000
-// (more would cost memory at 10,000: each shard has two maps).
-const fanout = 32
+// fanout is the width of each level: fanout³ = 4,096 shards, about 25 names each at 100,000.
+const fanout = 16
 
-type branch [fanout]*shard
+type branch[T any] [fanout]T
 
-// shard holds the global services whose names hash to it.
-type shard struct {
-	services map[Key]*Service
-	names    map[string][]string // service name -> namespaces that have it, sorted
+// shard holds the global services whose names hash to it, by name. One map, not one by key and
+// one by name: a shard's maps are most of the snapshot's own memory.
+type shard map[string]*named
+
+// named is the global services of one name: one per namespace, sorted by namespace. Immutable.
+type named struct {
+	namespaces []string
+	services   []*Service
 }
 
 var shardSeed = maphash.MakeSeed()
 
-// shardOf returns where the services called name are: branch i, shard j.
-func shardOf(name string) (i, j uint64) {
+// path returns where the services called name are: the shard at root[i][j][k].
+func path(name string) (i, j, k uint64) {
 	h := maphash.String(shardSeed, name)
-	return h % fanout, h / fanout % fanout
+	return h % fanout, h / fanout % fanout, h / (fanout * fanout) % fanout
 }
 
-func (s *Snapshot) shard(name string) *shard {
-	i, j := shardOf(name)
-	return s.branches[i][j]
+func (s *Snapshot) named(name string) *named {
+	i, j, k := path(name)
+	return (*s.root[i][j][k])[name]
 }
 
 // Service returns the global service k, or nil.
-func (s *Snapshot) Service(k Key) *Service { return s.shard(k.Name).services[k] }
+func (s *Snapshot) Service(k Key) *Service {
+	n := s.named(k.Name)
+	if n == nil {
+		return nil
+	}
+	for i, ns := range n.namespaces {
+		if ns == k.Namespace {
+			return n.services[i]
+		}
+	}
+	return nil
+}
 
 // Namespaces returns the namespaces, sorted, that have a global service called name.
-func (s *Snapshot) Namespaces(name string) []string { return s.shard(name).names[name] }
+func (s *Snapshot) Namespaces(name string) []string {
+	if n := s.named(name); n != nil {
+		return n.namespaces
+	}
+	return nil
+}
 
 // HasNamespace reports whether namespace ns has at least one global service that answers (has a
 // ready record): <ns>.<zone> exists only then (RFC 8020: nothing below a name that does not exist).
@@ -70,10 +91,14 @@ func (s *Snapshot) Len() int { return s.len }
 // Keys returns every global service's key, in no particular order.
 func (s *Snapshot) Keys() []Key {
 	out := make([]Key, 0, s.len)
-	for _, b := range s.branches {
-		for _, sh := range b {
-			for k := range sh.services {
-				out = append(out, k)
+	for _, b := range s.root {
+		for _, bb := range b {
+			for _, sh := range bb {
+				for name, n := range *sh {
+					for _, ns := range n.namespaces {
+						out = append(out, Key{Namespace: ns, Name: name})
+					}
+				}
 			}
 		}
 	}
@@ -81,16 +106,21 @@ func (s *Snapshot) Keys() []Key {
 }
 
 func emptySnapshot() *Snapshot {
-	s := &Snapshot{namespaces: map[string]int{}}
-	empty := &shard{services: map[Key]*Service{}, names: map[string][]string{}} // copied before any change
-	for i := range s.branches {
-		b := &branch{}
-		for j := range b {
-			b[j] = empty
-		}
-		s.branches[i] = b
+	// Every branch and shard is shared until a change copies it: an empty snapshot is 4 objects.
+	var leaf branch[*shard]
+	empty := shard{}
+	for i := range leaf {
+		leaf[i] = &empty
 	}
-	return s
+	var mid branch[*branch[*shard]]
+	for i := range mid {
+		mid[i] = &leaf
+	}
+	var root branch[*branch[*branch[*shard]]]
+	for i := range root {
+		root[i] = &mid
+	}
+	return &Snapshot{root: &root, namespaces: map[string]int{}}
 }
 
 // Index maintains the Snapshot. Watch events mark global services dirty with Changed; one
@@ -201,9 +231,9 @@ func (ix *Index) Publish() {
 func (ix *Index) publish(dirty map[Key]time.Time) {
 	old := ix.snap.Load()
 	next := &Snapshot{
-		branches:   old.branches, // shared until changed
+		root:       old.root, // shared until changed
 		len:        old.len,
-		namespaces: maps.Clone(old.namespaces),
+		namespaces: old.namespaces, // likewise
 		Serial:     max(old.Serial+1, uint32(time.Now().Unix())),
 		Published:  time.Now(),
 	}
@@ -215,17 +245,7 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 			continue
 		}
 		changed = append(changed, k)
-		// Copy on write: the branch and the shard this publication changes, once each (what is
-		// still the old snapshot's has not been copied yet).
-		i, j := shardOf(k.Name)
-		if next.branches[i] == old.branches[i] {
-			b := *next.branches[i]
-			next.branches[i] = &b
-		}
-		if sh := next.branches[i][j]; sh == old.branches[i][j] {
-			next.branches[i][j] = &shard{services: maps.Clone(sh.services), names: maps.Clone(sh.names)}
-		}
-		next.set(k, prev, svc)
+		next.set(old, k, prev, svc)
 		ix.account(prev, svc)
 	}
 	ix.snap.Store(next)
@@ -243,29 +263,55 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 	}
 }
 
-// set replaces prev with svc (nil: removed) under k, in a shard and namespaces map s copied for
-// this change; the slices in names are shared with older snapshots, so they are copied before
-// they change.
-func (s *Snapshot) set(k Key, prev, svc *Service) {
-	sh := s.shard(k.Name)
+// set replaces prev with svc (nil: removed) under k in s, which is being made from old: copy on
+// write, the branches and the shard on k's path and the namespaces map are copied once per
+// publication (what is still old's has not been copied yet).
+func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
+	i, j, l := path(k.Name)
+	if s.root == old.root {
+		r := *s.root
+		s.root = &r
+	}
+	if s.root[i] == old.root[i] {
+		b := *s.root[i]
+		s.root[i] = &b
+	}
+	if s.root[i][j] == old.root[i][j] {
+		b := *s.root[i][j]
+		s.root[i][j] = &b
+	}
+	if s.root[i][j][l] == old.root[i][j][l] {
+		sh := maps.Clone(*s.root[i][j][l])
+		s.root[i][j][l] = &sh
+	}
+	sh := *s.root[i][j][l]
+
+	n := named{}
+	if o := sh[k.Name]; o != nil {
+		n = *o
+	}
+	at, found := slices.BinarySearch(n.namespaces, k.Namespace)
 	switch {
 	case svc == nil:
 		s.len--
-		delete(sh.services, k)
-		sh.names[k.Name] = slices.DeleteFunc(slices.Clone(sh.names[k.Name]), func(ns string) bool { return ns == k.Namespace })
-		if len(sh.names[k.Name]) == 0 {
-			delete(sh.names, k.Name)
-		}
-	case prev == nil:
+		n.namespaces, n.services = slices.Delete(slices.Clone(n.namespaces), at, at+1), slices.Delete(slices.Clone(n.services), at, at+1)
+	case !found:
 		s.len++
-		sh.services[k] = svc
-		ns := slices.Clone(sh.names[k.Name])
-		i, _ := slices.BinarySearch(ns, k.Namespace)
-		sh.names[k.Name] = slices.Insert(ns, i, k.Namespace)
+		n.namespaces, n.services = slices.Insert(slices.Clone(n.namespaces), at, k.Namespace), slices.Insert(slices.Clone(n.services), at, svc)
 	default:
-		sh.services[k] = svc
+		n.services = slices.Clone(n.services)
+		n.services[at] = svc
 	}
+	if len(n.namespaces) == 0 {
+		delete(sh, k.Name)
+	} else {
+		sh[k.Name] = &n
+	}
+
 	if d := svc.answers() - prev.answers(); d != 0 {
+		if !s.ownsNS {
+			s.namespaces, s.ownsNS = maps.Clone(old.namespaces), true
+		}
 		if s.namespaces[k.Namespace] += d; s.namespaces[k.Namespace] <= 0 {
 			delete(s.namespaces, k.Namespace)
 		}

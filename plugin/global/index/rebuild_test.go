@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -182,4 +183,89 @@ func (r *randomService) change() string {
 		}
 		return "nothing"
 	}
+}
+
+// TestSnapshotCopyOnWrite publishes random additions, changes and removals of global services
+// (names that share shards, names in several namespaces) and checks every snapshot against a
+// model after each publication, and that older snapshots still show what they did.
+func TestSnapshotCopyOnWrite(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	src := indextest.New()
+	ix := index.New(indextest.Topology(), src)
+	ix.Start()
+	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	members := map[index.Key]*index.Member{}
+	type view struct {
+		snap  *index.Snapshot
+		ready map[index.Key]int // A records per global service
+	}
+	var history []view
+	check := func(v view) {
+		t.Helper()
+		s := v.snap
+		if s.Len() != len(v.ready) || len(s.Keys()) != len(v.ready) {
+			t.Fatalf("Len %d, Keys %d, want %d", s.Len(), len(s.Keys()), len(v.ready))
+		}
+		nss := map[string][]string{}
+		answering := map[string]bool{}
+		for k, n := range v.ready {
+			svc := s.Service(k)
+			if svc == nil || len(svc.All().A) != n {
+				t.Fatalf("%v: %v, want %d records", k, svc, n)
+			}
+			nss[k.Name] = append(nss[k.Name], k.Namespace)
+			answering[k.Namespace] = answering[k.Namespace] || n > 0
+		}
+		for name, want := range nss {
+			slices.Sort(want)
+			if got := s.Namespaces(name); !slices.Equal(got, want) {
+				t.Fatalf("Namespaces(%s) = %v, want %v", name, got, want)
+			}
+		}
+		for _, ns := range []string{"a", "b", "c"} {
+			if s.HasNamespace(ns) != answering[ns] {
+				t.Fatalf("HasNamespace(%s) = %v, want %v", ns, s.HasNamespace(ns), answering[ns])
+			}
+		}
+		if s.Service(index.Key{Namespace: "zz", Name: "s1"}) != nil || s.Namespaces("none") != nil {
+			t.Fatal("a service that never was")
+		}
+	}
+	ready := map[index.Key]int{}
+	for range 200 {
+		for range 1 + rng.IntN(20) {
+			k := index.Key{Namespace: []string{"a", "b"}[rng.IntN(2)], Name: fmt.Sprint("s", rng.IntN(300))}
+			if rng.IntN(5) == 0 { // a namespace of few services, that answers or not
+				k = index.Key{Namespace: "c", Name: fmt.Sprint("s", rng.IntN(3))}
+			}
+			if m := members[k]; m != nil && rng.IntN(3) == 0 {
+				src.Remove(k, m)
+				delete(members, k)
+				delete(ready, k)
+			} else {
+				n := rng.IntN(3) // 0: none ready
+				var eps []index.Endpoint
+				for e := range 2 {
+					ep := indextest.Endpoint(fmt.Sprint("p", e), fmt.Sprintf("10.0.%d.%d", rng.IntN(250), e))
+					if e >= n {
+						ep = indextest.NotReady(ep)
+					}
+					eps = append(eps, ep)
+				}
+				if m == nil {
+					members[k] = src.Add(k, &index.Member{Namespace: k.Namespace, Name: k.Name, Origin: index.Origin{Ports: ports}}, indextest.Slice(ports, eps...))
+				} else {
+					src.SetSlices(m, indextest.Slice(ports, eps...))
+				}
+				ready[k] = min(n, 2)
+			}
+			ix.Changed(k)
+		}
+		ix.Publish()
+		history = append(history, view{ix.Snapshot(), maps.Clone(ready)})
+		for _, v := range history[max(0, len(history)-5):] {
+			check(v)
+		}
+	}
+	check(history[0])
 }
