@@ -75,7 +75,18 @@ func TestStatePodMirrors(t *testing.T) {
 	otherServices, otherPodSlices, _ := tables(w, "other")
 	foo := index.Key{Namespace: "db", Name: "foo"}
 	member := func() *index.Member { return w.Members(foo)[0] }
-	liveness := func() string { return fmt.Sprint(w.PodMirrors(member())) }
+	// Every change of liveness comes with a new generation, or the index would keep merging a
+	// big service's records with stale gateway states.
+	lastLive, lastGen := "", w.PodMirrorGeneration()
+	liveness := func() string {
+		t.Helper()
+		live := fmt.Sprint(w.PodMirrors(member()))
+		if gen := w.PodMirrorGeneration(); live != lastLive && gen == lastGen {
+			t.Errorf("liveness %s (was %s) with the same generation %d", live, lastLive, gen)
+		}
+		lastLive, lastGen = live, w.PodMirrorGeneration()
+		return live
+	}
 
 	// A per-pod slice first, then the headless mirror, then the per-pod Service.
 	must(t, podSlices.Add(podSliceObj("foo-0-west-abcde", "foo-0-west", true, "1")))
