@@ -189,8 +189,8 @@ type recordBuilder struct {
 	origin  *Origin
 }
 
-func (t *Topology) recordsOf(m *Member, src Source) *recordBuilder {
-	rb := &recordBuilder{m: m, cluster: m.Cluster}
+func (t *Topology) recordsOf(m *Member, src Source) recordBuilder {
+	rb := recordBuilder{m: m, cluster: m.Cluster}
 	if m.Local() {
 		rb.cluster = t.Local
 	} else {
@@ -288,12 +288,11 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 
 	// The new slices' records, sorted.
 	var fresh []Record
-	builders := make([]*recordBuilder, len(s.Members))
+	builders := make([]recordBuilder, len(s.Members))
 	for _, a := range adds {
-		rb := builders[a.member]
-		if rb == nil {
-			rb = t.recordsOf(s.Members[a.member], src)
-			builders[a.member] = rb
+		rb := &builders[a.member]
+		if rb.m == nil {
+			*rb = t.recordsOf(s.Members[a.member], src)
 		}
 		o := uint32(len(inc.slices))
 		if len(free) > 0 {
