@@ -116,24 +116,41 @@ func SliceSelector(owner string) string {
 func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[group][]endpoint {
 	names := hostnames(s.Records)
 	out := map[group][]endpoint{}
+	// Each group's list made at its size: appended to, it would be copied a dozen times.
+	sizes := map[group]int{}
+	for i := range s.Records {
+		sizes[groupOf(&s.Records[i])]++
+	}
+	for g, n := range sizes {
+		out[g] = make([]endpoint, 0, n)
+	}
+	// What records share is made once and shared: a sync of a big service is one of these per
+	// endpoint, and the endpoints are only read (compared with the API's and sent to it).
+	var origin *index.Origin
+	var ports []discoveryv1.EndpointPort
+	var portsKey string
+	zones := map[string]*string{}
 	for i := range s.Records {
 		r := &s.Records[i]
-		g := group{r.Cluster, discoveryv1.AddressTypeIPv4}
-		if r.Family() == index.IPv6 {
-			g.family = discoveryv1.AddressTypeIPv6
-		}
+		g := groupOf(r)
 		hn := names[clusterHost{r.Cluster, r.Host}]
 		if mcs {
 			hn = r.Host
 		}
+		zone, ok := zones[r.Cluster]
+		if !ok {
+			zone = nonEmpty(topo.Zone(r.Cluster))
+			zones[r.Cluster] = zone
+		}
+		addr := r.Addr().String()
 		e := endpoint{
-			id: hn + "/" + r.Addr().String(),
+			id: hn + "/" + addr,
 			ep: discoveryv1.Endpoint{
-				Addresses:  []string{r.Addr().String()},
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r.Ready), Serving: ptr.To(r.Serving), Terminating: ptr.To(r.Terminating)},
+				Addresses:  []string{addr},
+				Conditions: discoveryv1.EndpointConditions{Ready: boolPtr(r.Ready), Serving: boolPtr(r.Serving), Terminating: boolPtr(r.Terminating)},
 				Hostname:   ptr.To(hn),
 				// A mirrored endpoint is in its cluster's zone; a local pod, in its node's.
-				Zone: nonEmpty(topo.Zone(r.Cluster)),
+				Zone: zone,
 			},
 		}
 		// Node and pod only exist in this cluster.
@@ -144,10 +161,32 @@ func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[grou
 				e.ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: r.Local.Pod}
 			}
 		}
-		e.ports, e.portsKey = slicePorts(r.Ports)
+		if r.Origin != origin {
+			origin = r.Origin
+			ports, portsKey = slicePorts(r.Ports)
+		}
+		e.ports, e.portsKey = ports, portsKey
 		out[g] = append(out[g], e)
 	}
 	return out
+}
+
+// groupOf is the group of slices of r: its cluster and family.
+func groupOf(r *index.Record) group {
+	if r.Family() == index.IPv6 {
+		return group{r.Cluster, discoveryv1.AddressTypeIPv6}
+	}
+	return group{r.Cluster, discoveryv1.AddressTypeIPv4}
+}
+
+// boolPtrs are the conditions of every desired endpoint: shared, never written through.
+var boolPtrs = [2]*bool{ptr.To(false), ptr.To(true)}
+
+func boolPtr(b bool) *bool {
+	if b {
+		return boolPtrs[1]
+	}
+	return boolPtrs[0]
 }
 
 func nonEmpty(s string) *string {
@@ -173,8 +212,8 @@ type clusterHost struct{ cluster, host string }
 // within the service, the same on every run. A name that is too long, or that two endpoints would
 // share (foo-0 in a-b and foo-0-a in b), is shortened and suffixed with a hash of its origin.
 func hostnames(rs []index.Record) map[clusterHost]string {
-	count := map[string]int{}
-	names := map[clusterHost]string{}
+	count := make(map[string]int, len(rs))
+	names := make(map[clusterHost]string, len(rs))
 	for _, r := range rs {
 		k := clusterHost{r.Cluster, r.Host}
 		if _, ok := names[k]; !ok {
