@@ -240,8 +240,8 @@ type incremental struct {
 
 // update makes s, whose members are prev's, from prev and the slices that changed since: the
 // new slices' records are sorted and merged into prev's, the records of slices that went are
-// dropped. It returns false when a full rebuild is due: a quarter of the records changed, or
-// copies of an endpoint (in two slices) come or go in a way a merge cannot tell.
+// dropped. It returns false when a full rebuild is due: the changed slices hold a quarter of the
+// records, or the service is no longer big.
 func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) bool {
 	old := prev.inc
 	ordinal := make(map[*Slice]uint32, len(old.slices))
