@@ -28,7 +28,7 @@ type options struct {
 	only          string // run only the steps whose names contain this
 	work          string // scratch directory
 	// corednsEnv is added to the environment of the scale step's coredns processes, to compare
-	// settings (e.g. KUBE_FEATURE_WatchListClient=false).
+	// settings (e.g. GOGC=200).
 	corednsEnv []string
 	profiles   string // where the scale step saves each coredns's heap profile, heap-<run>.pb.gz
 }
