@@ -22,7 +22,7 @@ type options struct {
 	duration time.Duration
 	changes  int
 	services int
-	// largeServices is the scale step's second point, without per-pod mirrors (0: none).
+	// largeServices is the scale step's large point, without per-pod mirrors (0: none).
 	largeServices int
 	out           string
 	only          string // run only the steps whose names contain this
