@@ -22,11 +22,13 @@ type options struct {
 	duration time.Duration
 	changes  int
 	services int
-	out      string
-	only     string // run only the steps whose names contain this
-	work     string // scratch directory
+	// largeServices is the scale step's large point, without per-pod mirrors (0: none).
+	largeServices int
+	out           string
+	only          string // run only the steps whose names contain this
+	work          string // scratch directory
 	// corednsEnv is added to the environment of the scale step's coredns processes, to compare
-	// settings (e.g. KUBE_FEATURE_WatchListClient=false).
+	// settings (e.g. GOGC=200).
 	corednsEnv []string
 	profiles   string // where the scale step saves each coredns's heap profile, heap-<run>.pb.gz
 }
@@ -37,9 +39,10 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "length of one dnsperf throughput run")
 	flag.IntVar(&o.changes, "changes", 50, "changes per programming-latency scenario")
 	// 2,000: with a per-pod mirror (a ClusterIP Service) per mirror record, 10,000 take the API
-	// server here over an hour to load (ClusterIP allocation); the micro step measures 120k records
-	// in process.
-	flag.IntVar(&o.services, "services", 2000, "global services in the scale test (x 4 clusters x 3 endpoints)")
+	// server here over an hour to load (ClusterIP allocation slows as ClusterIPs add up); the
+	// large point has none, and the micro step measures 120k records with them in process.
+	flag.IntVar(&o.services, "services", 2000, "global services in the scale test's point with per-pod mirrors (x 4 clusters x 3 endpoints)")
+	flag.IntVar(&o.largeServices, "large-services", 10000, "global services in the scale test's large point, without per-pod mirrors (x 4 clusters x 3 endpoints; 0 skips it)")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "where to write the report")
 	flag.StringVar(&o.only, "only", "", "run only the steps whose names contain this (throughput, programming, scale, micro)")
 	flag.Func("coredns-env", "KEY=VALUE added to the scale step's coredns environment (repeatable)", func(v string) error {

@@ -383,6 +383,18 @@ func (cp *ControlPlane) waitControllerManager(ctx context.Context, kcm *process)
 	})
 }
 
+// CPUTime returns the CPU time (user and system) each running control-plane process has used so
+// far, by name (etcd, kube-apiserver, kube-controller-manager), read from /proc.
+func (cp *ControlPlane) CPUTime() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range cp.procs {
+		if d, ok := p.cpuTime(); ok {
+			out[p.name] = d
+		}
+	}
+	return out
+}
+
 // APIServerURL returns https://127.0.0.1:PORT.
 func (cp *ControlPlane) APIServerURL() string {
 	return "https://" + cp.APIServerAddr()

@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,6 +69,30 @@ func startProcess(name, dir string, out io.Writer, env []string, bin string, arg
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// cpuTime is the CPU time (user and system) the process has used, from /proc/<pid>/stat.
+func (p *process) cpuTime() (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command (in parentheses, which may hold spaces and parentheses):
+	// utime and stime are the 14th and 15th of the line, in clock ticks (USER_HZ, 100 on Linux).
+	i := bytes.LastIndex(b, []byte(") "))
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true
 }
 
 // exited reports whether the process has already exited.

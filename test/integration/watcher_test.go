@@ -20,9 +20,8 @@ import (
 // TestWatcherFeedsIndex runs the watcher and the index in process against the real API server,
 // whose lists and watches honour label selectors (client-go's fake ignores them on watches): each
 // reflector is given, both in its initial state and on its watch, an object only its label
-// selector keeps out, and must leave it out. The initial state comes from a streamed watch
-// (WatchListClient, client-go's default) or, where that is off or unsupported, from a list: both
-// paths run.
+// selector keeps out, and must leave it out. The initial state comes from a list read item by item
+// (watch/list.go), whatever client-go's WatchListClient gate says: both settings run.
 func TestWatcherFeedsIndex(t *testing.T) {
 	for _, streamed := range []bool{true, false} {
 		t.Run(map[bool]string{true: "WatchList", false: "List"}[streamed], func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/watchlist"
 )
 
 // Sink receives what the watcher sees: Changed for every global service an event may affect, and
@@ -51,30 +52,43 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	w := &Watcher{state: newState()}
+	// client-go's fake cannot serve a list as a stream: with it, lists are typed.
+	typed := watchlist.DoesClientNotSupportWatchListSemantics(client)
 	for _, ns := range namespaces {
-		services := func(selector string) cache.ListerWatcher {
+		services := func(selector string, convert func(any) (any, error)) cache.ListerWatcher {
 			c := client.CoreV1().Services(ns)
-			return listWatch(client, selector,
-				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) },
-				func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
+			list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				if typed {
+					return c.List(ctx, o)
+				}
+				return listConverted[corev1.Service](ctx, client.CoreV1().RESTClient(), ns, "services", o, convert,
+					func() *corev1.ServiceList { return &corev1.ServiceList{} }, func(l *corev1.ServiceList) []corev1.Service { return l.Items })
+			}
+			return listWatch(selector, list, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
 		}
-		endpointSlices := func(selector string) cache.ListerWatcher {
+		endpointSlices := func(selector string, convert func(any) (any, error)) cache.ListerWatcher {
 			c := client.DiscoveryV1().EndpointSlices(ns)
-			return listWatch(client, selector,
-				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) },
-				func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
+			list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				if typed {
+					return c.List(ctx, o)
+				}
+				return listConverted[discoveryv1.EndpointSlice](ctx, client.DiscoveryV1().RESTClient(), ns, "endpointslices", o, convert,
+					func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} },
+					func(l *discoveryv1.EndpointSliceList) []discoveryv1.EndpointSlice { return l.Items })
+			}
+			return listWatch(selector, list, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
 		}
 		for _, r := range []struct {
-			lw   cache.ListerWatcher
-			kind kind
-			src  source
-			name string
+			kind     kind
+			src      source
+			selector string
+			name     string
 		}{
-			{services(mirrorServiceSelector), kindService, fromMirror, "mirror Services"},
-			{endpointSlices(mirrorSliceSelector), kindSlice, fromMirror, "mirror EndpointSlices"},
-			{endpointSlices(podMirrorSliceSelector), kindSlice, fromPodMirror, "per-pod mirror EndpointSlices"},
-			{services(exportSelector), kindService, fromLocal, "local Services"},
-			{endpointSlices(exportSelector), kindSlice, fromLocal, "local EndpointSlices"},
+			{kindService, fromMirror, mirrorServiceSelector, "mirror Services"},
+			{kindSlice, fromMirror, mirrorSliceSelector, "mirror EndpointSlices"},
+			{kindSlice, fromPodMirror, podMirrorSliceSelector, "per-pod mirror EndpointSlices"},
+			{kindService, fromLocal, exportSelector, "local Services"},
+			{kindSlice, fromLocal, exportSelector, "local EndpointSlices"},
 		} {
 			var example runtime.Object = &corev1.Service{}
 			log := newProblemLog("Service")
@@ -82,20 +96,24 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 				example, log = &discoveryv1.EndpointSlice{}, newProblemLog("EndpointSlice")
 			}
 			t := &table{state: w.state, namespace: ns, kind: r.kind, src: r.src, transform: transform(r.src, log), problems: log, synced: make(chan struct{})}
+			lw := services(r.selector, t.transform)
+			if r.kind == kindSlice {
+				lw = endpointSlices(r.selector, t.transform)
+			}
 			name := "global " + r.name
 			if ns != metav1.NamespaceAll {
 				name += " in " + ns
 			}
 			w.tables = append(w.tables, t)
-			w.reflectors = append(w.reflectors, cache.NewReflectorWithOptions(r.lw, example, t, cache.ReflectorOptions{Name: name}))
+			w.reflectors = append(w.reflectors, cache.NewReflectorWithOptions(lw, example, t, cache.ReflectorOptions{Name: name}))
 		}
 	}
 	return w, nil
 }
 
-// listWatch lists and watches with a label selector. Through client, it tells the reflector
-// whether the API can stream the initial list (client-go's fake cannot).
-func listWatch(client kubernetes.Interface, selector string,
+// listWatch lists and watches with a label selector, never streaming the initial list as watch
+// events (WatchList): list is cheaper (see list.go).
+func listWatch(selector string,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
 ) cache.ListerWatcher {
@@ -108,8 +126,13 @@ func listWatch(client kubernetes.Interface, selector string,
 			o.LabelSelector = selector
 			return watchFn(ctx, o)
 		},
-	}, client)
+	}, noWatchList{})
 }
+
+// noWatchList tells the reflector not to stream initial lists.
+type noWatchList struct{}
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // Run runs the reflectors, tells sink about every change, calls sink.Start once every table holds
 // its reflector's initial list, and stops when ctx is done.
