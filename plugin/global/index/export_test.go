@@ -46,11 +46,15 @@ func DiffServices(got, want *Service) string {
 		if len(got.inc.all) != len(want.inc.all) || got.inc.dups != want.inc.dups {
 			return fmt.Sprintf("%d records before dedupe (copies %v), want %d (%v)", len(got.inc.all), got.inc.dups, len(want.inc.all), want.inc.dups)
 		}
-		for i, sl := range got.inc.slices {
-			for _, r := range got.inc.all {
-				if r.slice == uint32(i) && sl == nil {
-					return fmt.Sprintf("a record of free slice ordinal %d", i)
-				}
+		for _, r := range got.inc.all {
+			sl := got.inc.slices[r.slice]
+			if sl == nil {
+				return fmt.Sprintf("a record of free slice ordinal %d", r.slice)
+			}
+			// A record points into its slice's endpoints (a gateway-down one may hold a copy):
+			// never into a slice that was replaced, which it would keep in memory.
+			if r.Gateway != GatewayDown && !slices.ContainsFunc(pointers(sl.Endpoints), func(e *Endpoint) bool { return e == r.Endpoint }) {
+				return fmt.Sprintf("record %+v points outside its slice %d", *r.Endpoint, r.slice)
 			}
 		}
 	}
@@ -65,4 +69,12 @@ func warnings(svc *Service) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+func pointers(eps []Endpoint) []*Endpoint {
+	out := make([]*Endpoint, len(eps))
+	for i := range eps {
+		out[i] = &eps[i]
+	}
+	return out
 }

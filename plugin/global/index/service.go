@@ -145,16 +145,16 @@ func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gen uint64
 	}
 	var inc *incremental
 	if total >= incrementalMin {
-		inc = &incremental{gen: gen, slices: make([]*Slice, 0, ordinals)}
+		inc = &incremental{gen: gen, slices: make([]*Slice, 0, ordinals), owners: make([]int32, 0, ordinals)}
 	}
 	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
 	ordinal := uint32(0)
 	for i, m := range s.Members {
 		rb := t.recordsOf(m, src)
 		for _, sl := range slicesOf[i] {
-			s.Records = rb.add(s.Records, sl, ordinal, &s.Warnings)
+			s.Records = rb.add(s.Records, sl, ordinal, nil, &s.Warnings)
 			if inc != nil {
-				inc.slices = append(inc.slices, sl)
+				inc.slices, inc.owners = append(inc.slices, sl), append(inc.owners, int32(i))
 			}
 			ordinal++
 		}
@@ -200,8 +200,9 @@ func (t *Topology) recordsOf(m *Member, src Source) recordBuilder {
 	return rb
 }
 
-// add appends the records of slice sl, whose ordinal is ordinal, to rs.
-func (rb *recordBuilder) add(rs []Record, sl *Slice, ordinal uint32, warn *[]Warning) []Record {
+// add appends the records of slice sl, whose ordinal is ordinal, to rs: of every endpoint, or of
+// those that only marks.
+func (rb *recordBuilder) add(rs []Record, sl *Slice, ordinal uint32, only []bool, warn *[]Warning) []Record {
 	ports := sl.Ports
 	if !rb.m.Local() {
 		ports = servicePorts(rb.m, sl.Ports, warn)
@@ -211,6 +212,9 @@ func (rb *recordBuilder) add(rs []Record, sl *Slice, ordinal uint32, warn *[]War
 		rb.origin = rb.m.originOf(rb.cluster, ports)
 	}
 	for e := range sl.Endpoints {
+		if only != nil && !only[e] {
+			continue
+		}
 		ep := &sl.Endpoints[e]
 		r := Record{Endpoint: ep, Origin: rb.origin, Tier: rb.tier, Gateway: rb.pods.of(ep.Addr()), slice: ordinal}
 		if r.Gateway == GatewayDown && (ep.Ready || ep.Serving) {
@@ -232,6 +236,7 @@ const incrementalMin = 256
 type incremental struct {
 	gen    uint64          // Source.PodMirrorGeneration read before the build read per-pod mirrors
 	slices []*Slice        // by ordinal (Record.slice); nil: free
+	owners []int32         // by ordinal: the index in Members of the slice's member
 	all    []Record        // every record, sorted, copies of an endpoint included
 	dups   bool            // all has copies: Records is all deduped, not all itself
 	counts []clusterCounts // Records by member cluster (as clusters) and state, for health
@@ -240,8 +245,10 @@ type incremental struct {
 
 // update makes s, whose members are prev's, from prev and the slices that changed since: the
 // new slices' records are sorted and merged into prev's, the records of slices that went are
-// dropped. It returns false when a full rebuild is due: the changed slices hold a quarter of the
-// records, or the service is no longer big.
+// dropped. A slice that replaced one of the same endpoints (an EndpointSlice update: hostnames
+// and addresses in the same order, some conditions changed) contributes only the endpoints that
+// changed; its others keep their place, pointed at the new slice. It returns false when a full
+// rebuild is due: the changes hold a quarter of the records, or the service is no longer big.
 func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) bool {
 	old := prev.inc
 	ordinal := make(map[*Slice]uint32, len(old.slices))
@@ -250,31 +257,49 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 			ordinal[sl] = uint32(o)
 		}
 	}
-	kept := make([]bool, len(old.slices))
+	fate := make([]uint8, len(old.slices)) // of each old slice: dropped unless kept or renewed
 	type added struct {
 		member int
 		slice  *Slice
+		renews *renewal
 	}
 	var adds []added
-	changed := 0
 	for i, sls := range slicesOf {
 		for _, sl := range sls {
 			if o, ok := ordinal[sl]; ok {
-				kept[o] = true
+				fate[o] = kept
 				if m := s.Members[i]; !m.Local() {
 					servicePorts(m, sl.Ports, &s.Warnings) // the warnings only: its records are kept
 				}
 				continue
 			}
-			adds = append(adds, added{i, sl})
-			changed += len(sl.Endpoints)
+			adds = append(adds, added{member: i, slice: sl})
 		}
 	}
-	inc := &incremental{gen: old.gen, slices: slices.Clone(old.slices), counts: slices.Clone(old.counts), merged: true}
+	inc := &incremental{gen: old.gen, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), counts: slices.Clone(old.counts), merged: true}
+	renewals := make([]*renewal, len(old.slices))
+	changed, gone := 0, 0 // records added, and dropped
+	for a := range adds {
+		add := &adds[a]
+		for o, sl := range old.slices {
+			if a < maxPairings && sl != nil && fate[o] == dropped && int(old.owners[o]) == add.member {
+				if rn := renew(sl, add.slice); rn != nil {
+					fate[o], renewals[o], add.renews = renewed, rn, rn
+					rn.ordinal = uint32(o)
+					inc.slices[o] = add.slice
+					changed += rn.changed
+					gone += rn.changed
+					break
+				}
+			}
+		}
+		if add.renews == nil {
+			changed += len(add.slice.Endpoints)
+		}
+	}
 	var free []uint32
-	gone := 0 // records of the slices that went: one per endpoint
 	for o, sl := range old.slices {
-		if sl != nil && !kept[o] {
+		if sl != nil && fate[o] == dropped {
 			gone += len(sl.Endpoints)
 			inc.slices[o] = nil
 		}
@@ -286,7 +311,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 		return false
 	}
 
-	// The new slices' records, sorted.
+	// The new records, sorted.
 	var fresh []Record
 	builders := make([]recordBuilder, len(s.Members))
 	for _, a := range adds {
@@ -294,30 +319,45 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 		if rb.m == nil {
 			*rb = t.recordsOf(s.Members[a.member], src)
 		}
+		if a.renews != nil {
+			fresh = rb.add(fresh, a.slice, a.renews.ordinal, a.renews.differs, &s.Warnings)
+			continue
+		}
 		o := uint32(len(inc.slices))
 		if len(free) > 0 {
 			o, free = free[0], free[1:]
-			inc.slices[o] = a.slice
+			inc.slices[o], inc.owners[o] = a.slice, int32(a.member)
 		} else {
-			inc.slices = append(inc.slices, a.slice)
+			inc.slices, inc.owners = append(inc.slices, a.slice), append(inc.owners, int32(a.member))
 		}
-		fresh = rb.add(fresh, a.slice, o, &s.Warnings)
+		fresh = rb.add(fresh, a.slice, o, nil, &s.Warnings)
 	}
 	slices.SortFunc(fresh, compareRecords)
 
 	// Merged: each new record goes where a binary search puts it; the old records between are
-	// copied in runs, without those of slices that went (their counts taken out).
-	s.Records = make([]Record, 0, len(old.all)+len(fresh)-gone)
+	// copied in runs, without those of slices that went and those that changed (their counts
+	// taken out), a renewed slice's others pointed at it.
+	s.Records = make([]Record, 0, len(old.all)+changed-gone)
 	rest := old.all
 	keep := func(rs []Record) {
 		for len(rs) > 0 {
 			i := 0
-			for i < len(rs) && kept[rs[i].slice] {
+			for i < len(rs) && fate[rs[i].slice] == kept {
 				i++
 			}
 			s.Records = append(s.Records, rs[:i]...)
-			for ; i < len(rs) && !kept[rs[i].slice]; i++ {
-				count(inc.counts, prev.clusters, &rs[i], t.Local, -1)
+			for ; i < len(rs) && fate[rs[i].slice] != kept; i++ {
+				r := rs[i]
+				if rn := renewals[r.slice]; rn != nil {
+					if e, ok := rn.at[endpointKey{r.Host, r.addr}]; ok && !rn.differs[e] {
+						if r.Gateway != GatewayDown {
+							r.Endpoint = &rn.next.Endpoints[e]
+						} // else it is a copy of its own, and still right
+						s.Records = append(s.Records, r)
+						continue
+					}
+				}
+				count(inc.counts, prev.clusters, &r, t.Local, -1)
 			}
 			rs = rs[i:]
 		}
@@ -360,6 +400,64 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 		}
 	}
 	return true
+}
+
+// The fates of a big service's slices in an update.
+const (
+	dropped = iota
+	kept
+	renewed
+)
+
+// maxPairings bounds the slices an update tries to pair with the ones they replaced: each try
+// looks at every slice that went.
+const maxPairings = 16
+
+// renewal is a slice that replaced one of the same endpoints, in the same order.
+type renewal struct {
+	next    *Slice
+	ordinal uint32              // the replaced slice's, which next takes over
+	at      map[endpointKey]int // each endpoint's index in both
+	differs []bool              // by index: the endpoint changed (its record is made again)
+	changed int                 // how many did
+}
+
+type endpointKey struct {
+	host string
+	addr [16]byte
+}
+
+// renew pairs next with old, the slice it replaced, when they list the same endpoints (hostname
+// and address) in the same order, each once: then only the endpoints that changed need new
+// records. nil when they do not.
+func renew(old, next *Slice) *renewal {
+	if old.Family != next.Family || len(old.Endpoints) != len(next.Endpoints) || !slices.Equal(old.Ports, next.Ports) {
+		return nil
+	}
+	rn := &renewal{next: next, at: make(map[endpointKey]int, len(old.Endpoints)), differs: make([]bool, len(old.Endpoints))}
+	for i := range old.Endpoints {
+		a, b := &old.Endpoints[i], &next.Endpoints[i]
+		k := endpointKey{a.Host, a.addr}
+		if _, twice := rn.at[k]; twice || a.Host != b.Host || a.addr != b.addr || a.is4 != b.is4 {
+			return nil
+		}
+		rn.at[k] = i
+		if !sameEndpoint(a, b) {
+			rn.differs[i] = true
+			rn.changed++
+		}
+	}
+	return rn
+}
+
+// sameEndpoint reports whether a and b are equal, their placements compared by value.
+func sameEndpoint(a, b *Endpoint) bool {
+	if a.Local != b.Local && (a.Local == nil || b.Local == nil || *a.Local != *b.Local) {
+		return false
+	}
+	x, y := *a, *b
+	x.Local, y.Local = nil, nil
+	return x == y
 }
 
 // warnIfDuplicateHost warns of host in cluster if it has several ready addresses of one family.
