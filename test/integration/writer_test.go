@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 )
 
 // writerCorefile is the writer tests' Corefile: like corefile, writing, with a lease per test so
@@ -333,6 +334,57 @@ func TestWriterRestoresItsService(t *testing.T) {
 		must(t, err)
 		eventually(t, "the Service restored", restored)
 	}
+}
+
+// TestWriterRestoresItsSlices: someone edits a written slice (an endpoint made not ready, one
+// dropped), then deletes one: the writer restores each. Its own writes' echoes are not synced
+// again; these edits, at other resourceVersions, must be.
+func TestWriterRestoresItsSlices(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
+	must(t, err)
+	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+	const name = "foo-global-west-ipv4-0"
+	var want string
+	eventually(t, "the written slice", func() error {
+		_, sl := written(t, ns)
+		es, ok := sl[name]
+		if !ok || len(es.Endpoints) != 2 {
+			return fmt.Errorf("slices:\n%s", describeAll(sl))
+		}
+		want = sortedLines(describeSlice(es))
+		return nil
+	})
+	restored := func() error { // in any order: the writer appends what it puts back
+		if _, sl := written(t, ns); sortedLines(describeSlice(sl[name])) != want {
+			return fmt.Errorf("slice %s:\n%s\nwant:\n%s", name, describeSlice(sl[name]), want)
+		}
+		return nil
+	}
+	for _, edit := range []func(*discoveryv1.EndpointSlice){
+		func(es *discoveryv1.EndpointSlice) { es.Endpoints[0].Conditions.Ready = ptr.To(false) },
+		func(es *discoveryv1.EndpointSlice) { es.Endpoints = es.Endpoints[1:] },
+	} {
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			es, err := client().DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			edit(es)
+			_, err = client().DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
+			return err
+		}))
+		eventually(t, "the slice restored after an edit", restored)
+	}
+	must(t, client().DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, metav1.DeleteOptions{}))
+	eventually(t, "the slice restored after its deletion", restored)
+}
+
+func sortedLines(s string) string {
+	lines := strings.Split(s, "\n")
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
 
 // TestWriterWritesLittle: one endpoint change is one slice update; a restart with nothing

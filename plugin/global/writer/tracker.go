@@ -23,8 +23,9 @@ type tracker struct {
 
 // write is one of our writes not yet seen in the cache.
 type write struct {
-	generation int64 // deletedGeneration for a delete
-	at         time.Time
+	generation      int64  // deletedGeneration for a delete
+	resourceVersion string // what the write returned ("" for a delete)
+	at              time.Time
 }
 
 const (
@@ -36,31 +37,42 @@ const (
 
 func newTracker() *tracker { return &tracker{pending: map[string]write{}, now: time.Now} }
 
-func (t *tracker) wrote(es *discoveryv1.EndpointSlice)   { t.set(es, es.Generation) }
-func (t *tracker) deleted(es *discoveryv1.EndpointSlice) { t.set(es, deletedGeneration) }
+func (t *tracker) wrote(es *discoveryv1.EndpointSlice)   { t.set(es, write{es.Generation, es.ResourceVersion, t.now()}) }
+func (t *tracker) deleted(es *discoveryv1.EndpointSlice) { t.set(es, write{deletedGeneration, "", t.now()}) }
 
-func (t *tracker) set(es *discoveryv1.EndpointSlice, gen int64) {
+func (t *tracker) set(es *discoveryv1.EndpointSlice, w write) {
 	t.mu.Lock()
-	t.pending[es.Namespace+"/"+es.Name] = write{gen, t.now()}
+	t.pending[es.Namespace+"/"+es.Name] = w
 	t.mu.Unlock()
 }
 
 // observe is called with every cached slice event: once the cache shows what we wrote (or
-// anything newer), the slice is no longer pending.
-func (t *tracker) observe(obj any, gone bool) {
+// anything newer), the slice is no longer pending. It reports whether the event is exactly the
+// echo of our own write (the object at the resourceVersion the write returned, or the deletion
+// we made): that needs no sync, as the object is what the sync that wrote it wanted.
+func (t *tracker) observe(obj any, gone bool) (own bool) {
+	tombstone := false
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj, gone = d.Obj, true
+		obj, gone, tombstone = d.Obj, true, true
 	}
 	es, ok := obj.(*discoveryv1.EndpointSlice)
 	if !ok {
-		return
+		return false
 	}
 	key := es.Namespace + "/" + es.Name
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w, ok := t.pending[key]; ok && (gone || (w.generation != deletedGeneration && es.Generation >= w.generation)) {
+	w, ok := t.pending[key]
+	if !ok {
+		return false
+	}
+	if gone || (w.generation != deletedGeneration && es.Generation >= w.generation) {
 		delete(t.pending, key)
 	}
+	if w.generation == deletedGeneration {
+		return gone && !tombstone // a tombstone: a relist missed what happened in between
+	}
+	return !gone && es.ResourceVersion == w.resourceVersion
 }
 
 // stale reports whether the cached slices of Service ns/svc lack a write of ours: a slice at an

@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 )
 
 func slice(name string, gen int64) *discoveryv1.EndpointSlice {
-	return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name, Generation: gen}}
+	return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: name, Generation: gen, ResourceVersion: fmt.Sprint(100 + gen)}}
 }
 
 func TestTracker(t *testing.T) {
@@ -29,23 +30,41 @@ func TestTracker(t *testing.T) {
 	if tr.stale("db", "bar-global", nil) {
 		t.Error("another service is stale")
 	}
-	tr.observe(a1, false)
+	if !tr.observe(a1, false) {
+		t.Error("the echo of our create is not ours")
+	}
 	if tr.stale("db", "foo-global", []*discoveryv1.EndpointSlice{a1}) {
 		t.Error("stale after the echo")
+	}
+	theirs := a1.DeepCopy()
+	theirs.ResourceVersion = "150" // someone else's edit: labels, not a new generation
+	if tr.observe(theirs, false) || tr.observe(a1, false) {
+		t.Error("an event after the echo is ours")
 	}
 
 	tr.wrote(a2)
 	if !tr.stale("db", "foo-global", []*discoveryv1.EndpointSlice{a1}) {
 		t.Error("a cache at generation 1 after writing 2 is not stale")
 	}
-	tr.observe(a2, false)
+	if tr.observe(a1, false) {
+		t.Error("an older event is the echo of our update")
+	}
+	if !tr.observe(a2, false) {
+		t.Error("the echo of our update is not ours")
+	}
 	tr.deleted(a2)
 	if !tr.stale("db", "foo-global", []*discoveryv1.EndpointSlice{a2}) {
 		t.Error("a deleted slice still cached is not stale")
 	}
-	tr.observe(cache.DeletedFinalStateUnknown{Key: "db/foo-global-west-ipv4-0", Obj: a2}, false)
+	if tr.observe(cache.DeletedFinalStateUnknown{Key: "db/foo-global-west-ipv4-0", Obj: a2}, false) {
+		t.Error("a tombstone is the echo of our deletion: what happened in between is unknown")
+	}
 	if tr.stale("db", "foo-global", nil) {
 		t.Error("stale after the deletion's echo")
+	}
+	tr.deleted(a2)
+	if !tr.observe(a2, true) {
+		t.Error("the echo of our deletion is not ours")
 	}
 
 	// An echo that never comes does not block the service forever.

@@ -174,11 +174,12 @@ func (w *Writer) enqueue(k index.Key) {
 }
 
 // echoes enqueues the global service of any change to our objects: someone else's edit or
-// deletion is repaired; our own writes' echoes find nothing to do.
+// deletion is repaired. The exact echo of our own slice write is not: a sync of a big service
+// compares every slice of it, and its own writes would double that.
 func (w *Writer) echoes(t *tracker) cache.ResourceEventHandler {
 	on := func(obj any, gone bool) {
-		if t != nil {
-			t.observe(obj, gone)
+		if t != nil && t.observe(obj, gone) {
+			return
 		}
 		if k, ok := keyOf(obj); ok {
 			w.enqueue(k)
