@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -381,9 +382,8 @@ func preconditions(m *metav1.ObjectMeta) metav1.DeleteOptions {
 
 // sliceUpToDate compares whole ordered endpoint lists: place keeps every endpoint where it was, so
 // equal slices list them in the same order. k8s.io/endpointslice's way (an EndpointSet of the
-// desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash) costs
-// 234 µs and 3,609 allocations for a slice of 100 endpoints against 139 µs and 1,215 here (go test
-// -bench, 2 cores), and would let foreign edits of fields it skips (hints) stand.
+// desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash) would
+// let foreign edits of fields it skips (hints) stand.
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 	for k, v := range want.Labels {
 		if have.Labels[k] != v {
@@ -392,7 +392,39 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 	}
 	return apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
 		apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports) &&
-		apiequality.Semantic.DeepEqual(have.Endpoints, want.Endpoints)
+		endpointsEqual(have.Endpoints, want.Endpoints)
+}
+
+// endpointsEqual compares endpoints by their protobuf encoding, the form the API server stores:
+// every field counts, one a later API adds too, as with apiequality.Semantic.DeepEqual (nil and
+// empty lists alike), at a twentieth of its cost and no allocation per endpoint (100 endpoints:
+// 5.9 µs, 11 allocations against 153 µs, 1,226; BenchmarkSliceUpToDate). A big service's sync
+// compares every one of its slices.
+func endpointsEqual(a, b []discoveryv1.Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var ba, bb [512]byte
+	x, y := ba[:], bb[:]
+	for i := range a {
+		n := a[i].Size()
+		if b[i].Size() != n {
+			return false
+		}
+		if n > len(x) {
+			x, y = make([]byte, n), make([]byte, n)
+		}
+		if _, err := a[i].MarshalToSizedBuffer(x[:n]); err != nil {
+			return false
+		}
+		if _, err := b[i].MarshalToSizedBuffer(y[:n]); err != nil {
+			return false
+		}
+		if !bytes.Equal(x[:n], y[:n]) {
+			return false
+		}
+	}
+	return true
 }
 
 // normalPorts applies the API's defaults (empty name, TCP) so stored and desired ports compare.

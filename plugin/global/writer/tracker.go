@@ -37,8 +37,12 @@ const (
 
 func newTracker() *tracker { return &tracker{pending: map[string]write{}, now: time.Now} }
 
-func (t *tracker) wrote(es *discoveryv1.EndpointSlice)   { t.set(es, write{es.Generation, es.ResourceVersion, t.now()}) }
-func (t *tracker) deleted(es *discoveryv1.EndpointSlice) { t.set(es, write{deletedGeneration, "", t.now()}) }
+func (t *tracker) wrote(es *discoveryv1.EndpointSlice) {
+	t.set(es, write{es.Generation, es.ResourceVersion, t.now()})
+}
+func (t *tracker) deleted(es *discoveryv1.EndpointSlice) {
+	t.set(es, write{deletedGeneration, "", t.now()})
+}
 
 func (t *tracker) set(es *discoveryv1.EndpointSlice, w write) {
 	t.mu.Lock()
