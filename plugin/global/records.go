@@ -109,7 +109,13 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 	var perTier [256]int
 	suffix := "." + g.scheme(zone).serviceDomain(k, zone)
 	srvs, v4, v6, names := 0, 0, 0, 0
+	// The targets, merged from both families once: on the stack for the usual few.
+	var buf [16]index.Target
+	targets := buf[:0]
 	for t := range v.Targets() {
+		targets = append(targets, t)
+	}
+	for _, t := range targets {
 		n := 0
 		for _, p := range t.Ports {
 			if portMatches(p, port, proto) {
@@ -127,7 +133,7 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 	}
 	var b strings.Builder
 	b.Grow(names)
-	for t := range v.Targets() {
+	for _, t := range targets {
 		if slices.ContainsFunc(t.Ports, func(p index.Port) bool { return portMatches(p, port, proto) }) {
 			b.WriteString(t.Host)
 			b.WriteByte('.')
@@ -136,10 +142,11 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 		}
 	}
 	all := b.String()
-	answer, extra = make([]dns.RR, 0, srvs), make([]dns.RR, 0, v4+v6)
+	rrs := make([]dns.RR, srvs+v4+v6) // the answer and the glue, one allocation
+	answer, extra = rrs[:0:srvs], rrs[srvs:srvs]
 	srvRecords := make([]dns.SRV, srvs)
 	glue := records{a: make([]aRecord, v4), aaaa: make([]aaaaRecord, v6)}
-	for t := range v.Targets() {
+	for _, t := range targets {
 		target := ""
 		for _, p := range t.Ports {
 			if !portMatches(p, port, proto) {
