@@ -291,7 +291,8 @@ func place(want []endpoint, current map[int][]string, currentPorts map[int]strin
 		}
 	})
 	for _, i := range indexes {
-		p := placed{index: i, portsKey: currentPorts[i]}
+		// Sized as it was: appended to, 100 endpoints would be copied seven times.
+		p := placed{index: i, portsKey: currentPorts[i], endpoints: make([]discoveryv1.Endpoint, 0, min(len(current[i]), max))}
 		for _, id := range current[i] {
 			if e, ok := byID[id]; ok && e.portsKey == p.portsKey && len(p.endpoints) < max {
 				p.ports = e.ports

@@ -222,3 +222,34 @@ func BenchmarkDesiredEndpoints(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlace places the 10,000 desired endpoints of BenchmarkDesiredEndpoints' service in the
+// 100 slices that already hold them: what every sync of it does after computing them.
+func BenchmarkPlace(b *testing.B) {
+	src := indextest.New()
+	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	k := index.Key{Namespace: "db", Name: "big"}
+	var eps []index.Endpoint
+	for e := range 10000 {
+		eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
+	}
+	src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, indextest.Slice(ports, eps...))
+	topo := indextest.Topology()
+	var want []endpoint
+	for _, w := range desiredEndpoints(topo.Build(k, src), topo, false) {
+		want = w
+	}
+	current, currentPorts := map[int][]string{}, map[int]string{}
+	for _, p := range place(want, nil, nil, 100) {
+		for _, e := range p.endpoints {
+			current[p.index] = append(current[p.index], *e.Hostname+"/"+e.Addresses[0])
+		}
+		currentPorts[p.index] = p.portsKey
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if n := len(place(want, current, currentPorts, 100)); n != 100 {
+			b.Fatal(n)
+		}
+	}
+}
