@@ -51,10 +51,14 @@ func DiffServices(got, want *Service) string {
 			if sl == nil {
 				return fmt.Sprintf("a record of free slice ordinal %d", r.slice)
 			}
-			// A record points into its slice's endpoints (a gateway-down one may hold a copy):
-			// never into a slice that was replaced, which it would keep in memory.
-			if r.Gateway != GatewayDown && !slices.ContainsFunc(pointers(sl.Endpoints), func(e *Endpoint) bool { return e == r.Endpoint }) {
-				return fmt.Sprintf("record %+v points outside its slice %d", *r.Endpoint, r.slice)
+			// A record points into its slice's endpoints, or holds a not-ready copy of a ready one
+			// there (gateway down): never into a slice that was replaced, which it would keep in
+			// memory.
+			if !slices.Contains(pointers(sl.Endpoints), r.Endpoint) {
+				i := slices.IndexFunc(sl.Endpoints, func(e Endpoint) bool { return e.Host == r.Host && e.addr == r.addr })
+				if r.Gateway != GatewayDown || i < 0 || !(sl.Endpoints[i].Ready || sl.Endpoints[i].Serving) || r.Ready || r.Serving {
+					return fmt.Sprintf("record %+v points outside its slice %d", *r.Endpoint, r.slice)
+				}
 			}
 		}
 	}

@@ -282,15 +282,19 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 	for a := range adds {
 		add := &adds[a]
 		for o, sl := range old.slices {
-			if a < maxPairings && sl != nil && fate[o] == dropped && int(old.owners[o]) == add.member {
-				if rn := renew(sl, add.slice); rn != nil {
-					fate[o], renewals[o], add.renews = renewed, rn, rn
-					rn.ordinal = uint32(o)
-					inc.slices[o] = add.slice
-					changed += rn.changed
-					gone += rn.changed
-					break
-				}
+			if a >= maxPairings {
+				break
+			}
+			if sl == nil || fate[o] != dropped || int(old.owners[o]) != add.member {
+				continue
+			}
+			if rn := renew(sl, add.slice); rn != nil {
+				fate[o], renewals[o], add.renews = renewed, rn, rn
+				rn.ordinal = uint32(o)
+				inc.slices[o] = add.slice
+				changed += rn.changed
+				gone += rn.changed
+				break
 			}
 		}
 		if add.renews == nil {
@@ -350,9 +354,9 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 				r := rs[i]
 				if rn := renewals[r.slice]; rn != nil {
 					if e, ok := rn.at[endpointKey{r.Host, r.addr}]; ok && !rn.differs[e] {
-						if r.Gateway != GatewayDown {
+						if r.Endpoint == &rn.old.Endpoints[e] {
 							r.Endpoint = &rn.next.Endpoints[e]
-						} // else it is a copy of its own, and still right
+						} // else a not-ready copy of its own (gateway down), still right
 						s.Records = append(s.Records, r)
 						continue
 					}
@@ -415,6 +419,7 @@ const maxPairings = 16
 
 // renewal is a slice that replaced one of the same endpoints, in the same order.
 type renewal struct {
+	old     *Slice
 	next    *Slice
 	ordinal uint32              // the replaced slice's, which next takes over
 	at      map[endpointKey]int // each endpoint's index in both
@@ -434,7 +439,7 @@ func renew(old, next *Slice) *renewal {
 	if old.Family != next.Family || len(old.Endpoints) != len(next.Endpoints) || !slices.Equal(old.Ports, next.Ports) {
 		return nil
 	}
-	rn := &renewal{next: next, at: make(map[endpointKey]int, len(old.Endpoints)), differs: make([]bool, len(old.Endpoints))}
+	rn := &renewal{old: old, next: next, at: make(map[endpointKey]int, len(old.Endpoints)), differs: make([]bool, len(old.Endpoints))}
 	for i := range old.Endpoints {
 		a, b := &old.Endpoints[i], &next.Endpoints[i]
 		k := endpointKey{a.Host, a.addr}
