@@ -130,6 +130,8 @@ func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[grou
 	var ports []discoveryv1.EndpointPort
 	var portsKey string
 	zones := map[string]*string{}
+	// Every endpoint's address list and hostname, two allocations, not two per endpoint.
+	addrs, hns := make([]string, len(s.Records)), make([]string, len(s.Records))
 	for i := range s.Records {
 		r := &s.Records[i]
 		g := groupOf(r)
@@ -143,12 +145,13 @@ func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[grou
 			zones[r.Cluster] = zone
 		}
 		addr := r.Addr().String()
+		addrs[i], hns[i] = addr, hn
 		e := endpoint{
 			id: hn + "/" + addr,
 			ep: discoveryv1.Endpoint{
-				Addresses:  []string{addr},
+				Addresses:  addrs[i : i+1 : i+1],
 				Conditions: discoveryv1.EndpointConditions{Ready: boolPtr(r.Ready), Serving: boolPtr(r.Serving), Terminating: boolPtr(r.Terminating)},
-				Hostname:   ptr.To(hn),
+				Hostname:   &hns[i],
 				// A mirrored endpoint is in its cluster's zone; a local pod, in its node's.
 				Zone: zone,
 			},
