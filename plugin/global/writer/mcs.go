@@ -141,7 +141,7 @@ func (r *reconciler) syncImport(ctx context.Context, k index.Key, want, have *mc
 				return api.Get(ctx, want.Name, metav1.GetOptions{})
 			})
 		}
-		return created, refused(r.counted("create", err))
+		return created, r.createdIn(want.Namespace, err)
 	}
 	if importUpToDate(have, want) {
 		return have, nil
@@ -150,7 +150,7 @@ func (r *reconciler) syncImport(ctx context.Context, k index.Key, want, have *mc
 	maps.Copy(upd.Labels, want.Labels)
 	upd.Spec.Type, upd.Spec.Ports, upd.Spec.IPs = want.Spec.Type, want.Spec.Ports, nil
 	updated, err := api.Update(ctx, upd, metav1.UpdateOptions{})
-	return updated, r.counted("update", err)
+	return updated, r.updated(err)
 }
 
 func (r *reconciler) deleteImport(ctx context.Context, si *mcsv1alpha1.ServiceImport) error {

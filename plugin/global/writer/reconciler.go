@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -25,7 +26,7 @@ import (
 )
 
 var (
-	// errStale: the cache does not show our own last write yet; try again shortly.
+	// errStale: the cache does not show our own last write yet, or a deletion; try again shortly.
 	errStale = errors.New("cache is stale")
 	// errConflict: an object we do not manage holds one of our names; it is left alone.
 	errConflict = errors.New("name taken by an object not managed by " + ManagedBy)
@@ -35,12 +36,26 @@ var (
 	errTerminating = errors.New("namespace is terminating")
 )
 
-// refused turns a create refused because the namespace is being deleted into errTerminating.
-func refused(err error) error {
+// createdIn counts a create in namespace ns and passes its error on: errTerminating when the
+// namespace is being deleted. A create that succeeds proves ns is not (again): the next refusal
+// is logged anew.
+func (r *reconciler) createdIn(ns string, err error) error {
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return fmt.Errorf("%w: %w", errTerminating, err)
 	}
-	return err
+	if err == nil {
+		r.terminating.Delete(ns)
+	}
+	return r.counted("create", err)
+}
+
+// updated counts an update and passes its error on: errStale when the object is gone, which the
+// cache does not show yet (someone deleted it, the namespace controller among them).
+func (r *reconciler) updated(err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: %w", errStale, err)
+	}
+	return r.counted("update", err)
 }
 
 // reconciler writes one global service's Service and EndpointSlices from the index, the way
@@ -53,6 +68,9 @@ type reconciler struct {
 	store     *store
 	tracker   *tracker
 	conflicts *conflicts
+	// terminating holds the namespaces whose creates were refused as terminating, so that each
+	// is logged once, until a create there succeeds.
+	terminating sync.Map
 }
 
 // existing is what the cache holds of ours for one global service.
@@ -169,7 +187,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 				return api.Get(ctx, want.Name, metav1.GetOptions{})
 			})
 		}
-		return created, refused(r.counted("create", err))
+		return created, r.createdIn(want.Namespace, err)
 	}
 	if serviceUpToDate(have, want) {
 		return have, nil
@@ -186,7 +204,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 		upd.Spec.ClusterIP, upd.Spec.ClusterIPs = want.Spec.ClusterIP, nil
 	}
 	updated, err := api.Update(ctx, upd, metav1.UpdateOptions{})
-	return updated, r.counted("update", err)
+	return updated, r.updated(err)
 }
 
 // alreadyExists tells apart a create that lost to our own cache lag (stale) from a name taken by
@@ -344,7 +362,7 @@ func (r *reconciler) createSlice(ctx context.Context, k index.Key, blocks string
 	if err == nil {
 		r.tracker.wrote(created)
 	}
-	return refused(r.counted("create", err))
+	return r.createdIn(want.Namespace, err)
 }
 
 // updateSlice writes want over have when they differ, with have's resourceVersion: a concurrent
@@ -361,7 +379,7 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 	if err == nil {
 		r.tracker.wrote(updated)
 	}
-	return r.counted("update", err)
+	return r.updated(err)
 }
 
 func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSlice) error {

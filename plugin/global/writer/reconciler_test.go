@@ -138,8 +138,20 @@ func TestReconcilerCreateThenNothing(t *testing.T) {
 	}
 }
 
-// A 409 Conflict on update is a stale cache, not an error: counted as stale, requeued, not warned.
+// A 409 Conflict on update, or a 404 (someone deleted the slice, the namespace controller among
+// them), is a stale cache, not an error: counted as stale, requeued, not warned.
 func TestProcessTreatsAPIConflictAsStale(t *testing.T) {
+	for name, answer := range map[string]func(name string) error{
+		"conflict": func(name string) error {
+			return apierrors.NewConflict(discoveryv1.Resource("endpointslices"), name, errors.New("the object has been modified"))
+		},
+		"not found": func(name string) error { return apierrors.NewNotFound(discoveryv1.Resource("endpointslices"), name) },
+	} {
+		t.Run(name, func(t *testing.T) { testStaleUpdate(t, answer) })
+	}
+}
+
+func testStaleUpdate(t *testing.T, answer func(name string) error) {
 	r, client := newTestReconciler()
 	s := westService()
 	ctx := context.Background()
@@ -153,7 +165,7 @@ func TestProcessTreatsAPIConflictAsStale(t *testing.T) {
 	sc.slices.GetStore().Add(es)
 	r.tracker.observe(es, false)
 
-	// foo-0 turns not ready, and someone else updated the slice meanwhile.
+	// foo-0 turns not ready, and someone else updated or deleted the slice meanwhile.
 	src := indextest.New()
 	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
 	src.Add(s.Key, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: ports}},
@@ -163,7 +175,7 @@ func TestProcessTreatsAPIConflictAsStale(t *testing.T) {
 	ix.Changed(s.Key)
 	ix.Publish()
 	client.PrependReactor("update", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewConflict(discoveryv1.Resource("endpointslices"), es.Name, errors.New("the object has been modified"))
+		return true, nil, answer(es.Name)
 	})
 	w := &Writer{cfg: r.cfg, index: ix, store: r.store, rec: r}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[index.Key]())

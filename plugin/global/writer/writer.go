@@ -67,7 +67,6 @@ type Writer struct {
 	terms  sync.WaitGroup
 	stop   context.CancelFunc // ends the current term
 
-	terminating sync.Map // namespaces reported as terminating, to log each once
 }
 
 // New returns a Writer for ix; it subscribes to ix, so call it before ix runs. Nothing runs
@@ -386,12 +385,11 @@ func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInter
 	case err == nil:
 		telemetry.WriterSyncs.WithLabelValues("success").Inc()
 		q.Forget(k)
-		w.terminating.Delete(k.Namespace) // a namespace of that name was made again
 	case errors.Is(err, errTerminating):
 		// Dropped until its next change: every create fails until the namespace is gone.
 		telemetry.WriterSyncs.WithLabelValues("terminating").Inc()
 		q.Forget(k)
-		if _, logged := w.terminating.LoadOrStore(k.Namespace, true); !logged {
+		if _, logged := w.rec.terminating.LoadOrStore(k.Namespace, true); !logged {
 			telemetry.Log.Infof("writer: namespace %s is terminating: its global services are not written", k.Namespace)
 		}
 	case errors.Is(err, errStale):
