@@ -43,9 +43,9 @@ func freePort() (string, error) {
 	return port, nil
 }
 
-// plainHTTP asks for uncompressed responses: gzipping every scrape (the programming step scrapes
-// twice per change) left coredns ~0.4 MB of garbage each, whose collection lands in the
-// changes it measures.
+// plainHTTP asks for uncompressed responses: the programming step scrapes twice per change, and a
+// gzipped scrape takes coredns a gzip writer (~0.4 MB, from a pool every GC empties), garbage
+// whose collection lands in the changes it measures.
 var plainHTTP = &http.Client{Transport: &http.Transport{DisableCompression: true}}
 
 // metrics scrapes a Prometheus endpoint into sample -> value.
