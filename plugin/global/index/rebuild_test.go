@@ -269,3 +269,41 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	}
 	check(history[0])
 }
+
+// TestRebuildMergesWhileOthersPodMirrorsChange: per-pod mirrors changing under another global
+// service's mirror (Linkerd rewrites them whenever a remote pod's readiness changes) leave a big
+// service merging; its own mirror's per-pod mirrors changing make it rebuild whole.
+func TestRebuildMergesWhileOthersPodMirrorsChange(t *testing.T) {
+	r := newRandomService(rand.New(rand.NewPCG(9, 9)))
+	other := index.Key{Namespace: "db", Name: "other"}
+	om := r.src.Add(other, &index.Member{Namespace: "db", Name: "other-west", Origin: index.Origin{Cluster: "west", Ports: r.ports}},
+		indextest.Slice(r.ports, indextest.Endpoint("o-0", "10.200.0.1")))
+	topo := indextest.Topology()
+	prev := topo.Build(r.key, r.src)
+	local := r.members[0]
+	flip := func() {
+		sls := slices.Clone(r.src.Slices(local))
+		sl := *sls[0]
+		sl.Endpoints = slices.Clone(sl.Endpoints)
+		sl.Endpoints[0].Ready = !sl.Endpoints[0].Ready
+		sls[0] = &sl
+		r.src.SetSlices(local, sls...)
+	}
+	for i := range 10 {
+		r.src.SetPodMirrors(om, indextest.PodMirror("10.200.0.1", i%2 == 0))
+		flip()
+		got := topo.Rebuild(prev, r.key, r.src)
+		if !index.Merged(prev, got) {
+			t.Fatalf("change %d: rebuilt whole after another service's per-pod mirrors changed", i)
+		}
+		if d := index.DiffServices(got, topo.Build(r.key, r.src)); d != "" {
+			t.Fatal(d)
+		}
+		prev = got
+	}
+	r.pods(r.members[1], 50) // its own mirror's
+	flip()
+	if got := topo.Rebuild(prev, r.key, r.src); index.Merged(prev, got) {
+		t.Fatal("merged after its own per-pod mirrors changed")
+	}
+}

@@ -104,38 +104,44 @@ func (t *Topology) Build(k Key, src Source) *Service { return t.Rebuild(nil, k, 
 // from the slices that changed, merged into prev's sorted records (see update): a change costs
 // what it changes, not the service's size.
 func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
-	s, slicesOf, gen := t.members(k, src)
+	s, slicesOf, gens := t.members(k, src)
 	if s == nil {
 		return nil
 	}
-	if prev != nil && prev.inc != nil && prev.inc.gen == gen && slices.Equal(prev.Members, s.Members) && t.update(prev, s, slicesOf, src) {
+	if prev != nil && prev.inc != nil && slices.Equal(prev.inc.gens, gens) && slices.Equal(prev.Members, s.Members) && t.update(prev, s, slicesOf, src) {
 		return s
 	}
-	t.build(s, slicesOf, src, gen)
+	t.build(s, slicesOf, src, gens)
 	return s
 }
 
-// members starts building k: its accepted members and their slices, and the generation of the
-// per-pod mirrors read before them. s is nil when k has no member.
-func (t *Topology) members(k Key, src Source) (s *Service, slicesOf [][]*Slice, gen uint64) {
-	gen = src.PodMirrorGeneration() // before anything is read: a later change makes it stale
+// members starts building k: its accepted members, the generations of their per-pod mirrors and
+// their slices. s is nil when k has no member.
+func (t *Topology) members(k Key, src Source) (s *Service, slicesOf [][]*Slice, gens []uint64) {
 	members := src.Members(k)
 	if len(members) == 0 {
-		return nil, nil, gen
+		return nil, nil, nil
 	}
 	s = &Service{Key: k, built: time.Now().UnixNano()}
 	if s.Members = t.acceptMembers(members, &s.Warnings); len(s.Members) == 0 {
-		return nil, nil, gen
+		return nil, nil, nil
+	}
+	// Before the per-pod mirrors are read (building reads them): a later change makes it stale.
+	gens = make([]uint64, len(s.Members))
+	for i, m := range s.Members {
+		if !m.Local() {
+			gens[i] = src.PodMirrorGeneration(m)
+		}
 	}
 	slicesOf = make([][]*Slice, len(s.Members))
 	for i, m := range s.Members {
 		slicesOf[i] = src.Slices(m)
 	}
-	return s, slicesOf, gen
+	return s, slicesOf, gens
 }
 
 // build makes s's records from every slice of its members: a full rebuild.
-func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gen uint64) {
+func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gens []uint64) {
 	total, ordinals := 0, 0
 	for _, sls := range slicesOf {
 		ordinals += len(sls)
@@ -145,7 +151,7 @@ func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gen uint64
 	}
 	var inc *incremental
 	if total >= incrementalMin {
-		inc = &incremental{gen: gen, slices: make([]*Slice, 0, ordinals), owners: make([]int32, 0, ordinals)}
+		inc = &incremental{gens: gens, slices: make([]*Slice, 0, ordinals), owners: make([]int32, 0, ordinals)}
 	}
 	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
 	ordinal := uint32(0)
@@ -234,7 +240,7 @@ const incrementalMin = 256
 // incremental is what a big service keeps so that a change to a few of its slices is merged into
 // its records instead of sorting them all again.
 type incremental struct {
-	gen    uint64          // Source.PodMirrorGeneration read before the build read per-pod mirrors
+	gens   []uint64        // Source.PodMirrorGeneration of each member, read before its per-pod mirrors
 	slices []*Slice        // by ordinal (Record.slice); nil: free
 	owners []int32         // by ordinal: the index in Members of the slice's member
 	all    []Record        // every record, sorted, copies of an endpoint included
@@ -276,7 +282,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 			adds = append(adds, added{member: i, slice: sl})
 		}
 	}
-	inc := &incremental{gen: old.gen, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), counts: slices.Clone(old.counts), merged: true}
+	inc := &incremental{gens: old.gens, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), counts: slices.Clone(old.counts), merged: true}
 	renewals := make([]*renewal, len(old.slices))
 	changed, gone := 0, 0 // records added, and dropped
 	for a := range adds {

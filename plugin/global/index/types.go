@@ -142,9 +142,11 @@ type Source interface {
 	// PodMirrors returns the per-pod mirrors of mirror member m, in any order (none for local
 	// members), in a slice the caller owns.
 	PodMirrors(m *Member) []PodMirror
-	// PodMirrorGeneration changes whenever a PodMirrors answer may have: a service built after
-	// reading a generation that is still current has its gateway states right.
-	PodMirrorGeneration() uint64
+	// PodMirrorGeneration changes whenever PodMirrors(m)'s answer may have (0: m has none): a
+	// service built after reading its members' generations, still current, has its gateway
+	// states right. One per headless mirror, so that per-pod mirrors changing elsewhere do not
+	// make every big service's next change a whole rebuild.
+	PodMirrorGeneration(m *Member) uint64
 }
 
 // Gateway is what Linkerd's gateway probe says about a mirror record, through its per-pod mirror.

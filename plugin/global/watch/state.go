@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -97,7 +96,7 @@ type state struct {
 	mu     sync.RWMutex
 	spaces map[string]*space
 	sink   Sink
-	podGen atomic.Uint64 // counts writes to the tables that hold per-pod mirrors
+	stamps uint64 // per-pod mirror changes so far: each stamps its root (under mu)
 }
 
 // space is one namespace's objects.
@@ -117,6 +116,16 @@ type space struct {
 type root struct {
 	name  string
 	first *pod
+	gen   uint64 // the stamp of the last change to its list or its pods' readiness
+}
+
+// stamp records a change to r's per-pod mirrors (nil: a per-pod mirror not linked to one yet,
+// which no answer reads). Under the state's write lock.
+func (s *state) stamp(r *root) {
+	if r != nil {
+		s.stamps++
+		r.gen = s.stamps
+	}
 }
 
 // sliceTable is the slices of one source, by nameID of their name and by Service: nearly every
@@ -223,9 +232,6 @@ func (s *state) apply(t *table, objs []object, dels []objectRef) {
 		m := o.objectMeta()
 		s.remove(t, m.namespace, t.key(m.name), c) // whatever it was before
 		s.put(t, o, c)
-	}
-	if len(objs)+len(dels) > 0 && (t.src == fromPodMirror || t.kind == kindService && t.src == fromMirror) {
-		s.podGen.Add(1) // before the lock goes: a reader of the new generation sees the write
 	}
 	sink := s.sink
 	s.mu.Unlock()
@@ -421,6 +427,7 @@ func (s *state) remove(t *table, ns string, k objectKey, c changes) {
 			if r.unlink(p); r.first == nil {
 				delete(sp.roots, r.name)
 			}
+			s.stamp(r)
 			c.add(sp.mirrorKey(r.name))
 			p.root, p.ip = nil, netip.Addr{}
 			sp.dropPod(k.id, p)
@@ -433,6 +440,7 @@ func (s *state) remove(t *table, ns string, k objectKey, c changes) {
 			if o.ready() {
 				p.ready--
 			}
+			s.stamp(p.root)
 			c.add(p.rootKey(sp))
 			sp.dropPod(o.pod(), p)
 		}
@@ -469,6 +477,7 @@ func (s *state) put(t *table, o object, c changes) {
 		}
 		p := sp.pod(podID(m.name))
 		p.root, p.ip, p.next, r.first = r, o.ip, r.first, p
+		s.stamp(r)
 		c.add(sp.mirrorKey(r.name))
 	case *podSlice:
 		if o.pod == "" {
@@ -479,6 +488,7 @@ func (s *state) put(t *table, o object, c changes) {
 		if o.ready {
 			p.ready++
 		}
+		s.stamp(p.root)
 		sp.podSlices[nameID(m.name)] = newPodSliceOf(o.pod, o.ready)
 		c.add(p.rootKey(sp))
 	case *slice:
@@ -580,6 +590,18 @@ func (s *state) slices(m *index.Member) []*index.Slice {
 		out = append(out, first.slice)
 	}
 	return out
+}
+
+// podMirrorGeneration is the stamp of m's per-pod mirrors: 0 when it has none.
+func (s *state) podMirrorGeneration(m *index.Member) uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if sp := s.spaces[m.Namespace]; sp != nil {
+		if r := sp.roots[m.Name]; r != nil {
+			return r.gen
+		}
+	}
+	return 0
 }
 
 func (s *state) podMirrors(m *index.Member) []index.PodMirror {

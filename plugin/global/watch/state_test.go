@@ -77,14 +77,20 @@ func TestStatePodMirrors(t *testing.T) {
 	member := func() *index.Member { return w.Members(foo)[0] }
 	// Every change of liveness comes with a new generation, or the index would keep merging a
 	// big service's records with stale gateway states.
-	lastLive, lastGen := "", w.PodMirrorGeneration()
+	gen := func() uint64 {
+		if ms := w.Members(foo); len(ms) > 0 {
+			return w.PodMirrorGeneration(ms[0])
+		}
+		return 0
+	}
+	lastLive, lastGen := "", gen()
 	liveness := func() string {
 		t.Helper()
 		live := fmt.Sprint(w.PodMirrors(member()))
-		if gen := w.PodMirrorGeneration(); live != lastLive && gen == lastGen {
-			t.Errorf("liveness %s (was %s) with the same generation %d", live, lastLive, gen)
+		if g := gen(); live != lastLive && g == lastGen {
+			t.Errorf("liveness %s (was %s) with the same generation %d", live, lastLive, g)
 		}
-		lastLive, lastGen = live, w.PodMirrorGeneration()
+		lastLive, lastGen = live, gen()
 		return live
 	}
 
@@ -153,6 +159,58 @@ func TestStatePodMirrors(t *testing.T) {
 	}
 	if sp := w.state.spaces["db"]; len(sp.pods) != 0 || len(sp.roots) != 0 || len(sp.podSlices) != 0 {
 		t.Errorf("left behind: %v %v %v", sp.pods, sp.roots, sp.podSlices)
+	}
+}
+
+// Each headless mirror's per-pod mirrors have a generation of their own: every write that
+// changes their liveness makes a new one (each kind of write alone), and a write to another
+// headless mirror's per-pod mirrors does not, so the index keeps merging that one's big services.
+func TestPodMirrorGenerations(t *testing.T) {
+	w, err := New(fake.NewClientset(), []string{"db"}, DefaultExportSelector) // never run
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, podSlices, mirrorSlices := tables(w, "db")
+	must(t, services.Add(mirrorService("foo-west", nil)))
+	must(t, mirrorSlices.Add(mirrorSlice("foo-west-1", "foo-west", "10.96.0.10")))
+	must(t, services.Add(mirrorService("bar-west", func(s *corev1.Service) {
+		s.Annotations[AnnotationRemoteFQName] = "bar.db.svc.cluster.local"
+	})))
+	barPod := podService("bar-0-west", "10.96.0.20", "1")
+	barPod.Labels[LabelHeadlessMirror] = "bar-west"
+	barSlice := podSliceObj("bar-0-west-abcde", "bar-0-west", true, "1")
+	barSlice.Labels[LabelHeadlessMirror] = "bar-west"
+	must(t, services.Add(podService("foo-0-west", "10.96.0.10", "1")))
+	must(t, services.Add(podService("foo-1-west", "10.96.0.12", "1")))
+	must(t, podSlices.Add(podSliceObj("foo-0-west-abcde", "foo-0-west", true, "1")))
+
+	gen := func(name string) uint64 {
+		return w.PodMirrorGeneration(w.Members(index.Key{Namespace: "db", Name: name})[0])
+	}
+	live := func() string { return fmt.Sprint(w.PodMirrors(w.Members(index.Key{Namespace: "db", Name: "foo"})[0])) }
+	for _, step := range []struct {
+		what  string
+		write func() error
+		foo   bool // changes foo's per-pod mirrors
+	}{
+		{"a slice of foo-1-west comes, ready", func() error { return podSlices.Add(podSliceObj("foo-1-west-abcde", "foo-1-west", true, "2")) }, true},
+		{"bar's per-pod mirror comes", func() error { return services.Add(barPod) }, false},
+		{"bar's per-pod slice comes", func() error { return podSlices.Add(barSlice) }, false},
+		{"the slice of foo-1-west goes", func() error { return podSlices.Delete(podSliceObj("foo-1-west-abcde", "foo-1-west", true, "2")) }, true},
+		{"bar's per-pod slice goes", func() error { return podSlices.Delete(barSlice) }, false},
+		{"foo-1-west goes, foo-0-west stays", func() error { return services.Delete(podService("foo-1-west", "10.96.0.12", "1")) }, true},
+	} {
+		fooGen, barGen, before := gen("foo"), gen("bar"), live()
+		must(t, step.write())
+		if after := live(); (after != before) != step.foo {
+			t.Fatalf("%s: foo's liveness %s, was %s", step.what, after, before)
+		}
+		if changed := gen("foo") != fooGen; changed != step.foo {
+			t.Errorf("%s: foo's generation changed: %v, want %v", step.what, changed, step.foo)
+		}
+		if !step.foo && gen("bar") == barGen {
+			t.Errorf("%s: bar's generation did not change", step.what)
+		}
 	}
 }
 

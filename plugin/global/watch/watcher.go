@@ -167,6 +167,8 @@ func (w *Watcher) Slices(m *index.Member) []*index.Slice { return w.state.slices
 func (w *Watcher) PodMirrors(m *index.Member) []index.PodMirror { return w.state.podMirrors(m) }
 
 // PodMirrorGeneration implements index.Source.
-func (w *Watcher) PodMirrorGeneration() uint64 { return w.state.podGen.Load() }
+func (w *Watcher) PodMirrorGeneration(m *index.Member) uint64 {
+	return w.state.podMirrorGeneration(m)
+}
 
 var _ index.Source = (*Watcher)(nil)

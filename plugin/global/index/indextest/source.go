@@ -15,12 +15,14 @@ type Source struct {
 	members map[index.Key][]*index.Member
 	slices  map[*index.Member][]*index.Slice
 	pods    map[*index.Member][]index.PodMirror
-	podGen  uint64
+	podGen  map[*index.Member]uint64 // by member, the stamp of its last SetPodMirrors
+	stamps  uint64
 }
 
 // New returns an empty Source.
 func New() *Source {
-	return &Source{members: map[index.Key][]*index.Member{}, slices: map[*index.Member][]*index.Slice{}, pods: map[*index.Member][]index.PodMirror{}}
+	return &Source{members: map[index.Key][]*index.Member{}, slices: map[*index.Member][]*index.Slice{}, pods: map[*index.Member][]index.PodMirror{},
+		podGen: map[*index.Member]uint64{}}
 }
 
 // Add makes m a member of k with the given slices and returns m.
@@ -44,7 +46,8 @@ func (s *Source) SetPodMirrors(m *index.Member, pods ...index.PodMirror) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pods[m] = pods
-	s.podGen++
+	s.stamps++
+	s.podGen[m] = s.stamps
 }
 
 // PodMirror returns the per-pod mirror of address addr, ready or not.
@@ -68,7 +71,7 @@ func (s *Source) Remove(k index.Key, m *index.Member) {
 	}
 	delete(s.slices, m)
 	delete(s.pods, m)
-	s.podGen++
+	delete(s.podGen, m)
 }
 
 // Members implements index.Source.
@@ -92,11 +95,11 @@ func (s *Source) PodMirrors(m *index.Member) []index.PodMirror {
 	return slices.Clone(s.pods[m])
 }
 
-// PodMirrorGeneration implements index.Source.
-func (s *Source) PodMirrorGeneration() uint64 {
+// PodMirrorGeneration implements index.Source: every SetPodMirrors of m makes a new one.
+func (s *Source) PodMirrorGeneration(m *index.Member) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.podGen
+	return s.podGen[m]
 }
 
 // Endpoint returns a ready endpoint with one address.
