@@ -166,9 +166,15 @@ func (r *randomService) change() string {
 	case op < 88: // a slice comes
 		r.src.SetSlices(m, append(sls, r.slice(1+r.rng.IntN(30)))...)
 		return "a slice comes"
-	case op < 94 && !m.Local(): // the gateway: per-pod mirrors go down or up
+	case op < 91 && !m.Local(): // the gateway: per-pod mirrors go down or up
 		r.pods(m, []int{0, 50, 100}[r.rng.IntN(3)])
 		return "per-pod mirrors"
+	case op < 94 && !m.Local() && len(r.src.PodMirrors(m)) > 0: // one per-pod mirror flips
+		pods := r.src.PodMirrors(m)
+		p := &pods[r.rng.IntN(len(pods))]
+		p.Ready = !p.Ready
+		r.src.SetPodMirrors(m, pods...)
+		return "one per-pod mirror"
 	case op < 96 && len(r.members) > 1: // a member goes
 		i := r.rng.IntN(len(r.members))
 		r.src.Remove(r.key, r.members[i])
@@ -270,40 +276,48 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	check(history[0])
 }
 
-// TestRebuildMergesWhileOthersPodMirrorsChange: per-pod mirrors changing under another global
-// service's mirror (Linkerd rewrites them whenever a remote pod's readiness changes) leave a big
-// service merging; its own mirror's per-pod mirrors changing make it rebuild whole.
-func TestRebuildMergesWhileOthersPodMirrorsChange(t *testing.T) {
+// TestRebuildMergesPodMirrorChanges: per-pod mirrors changing under another global service's
+// mirror leave a big service merging; its own mirror's changing one at a time (Linkerd rewrites
+// them as remote pods' readiness or the gateway's changes) are merged too, only the records whose
+// gateway state changed made again; most of them changing at once rebuilds it whole.
+func TestRebuildMergesPodMirrorChanges(t *testing.T) {
 	r := newRandomService(rand.New(rand.NewPCG(9, 9)))
 	other := index.Key{Namespace: "db", Name: "other"}
 	om := r.src.Add(other, &index.Member{Namespace: "db", Name: "other-west", Origin: index.Origin{Cluster: "west", Ports: r.ports}},
 		indextest.Slice(r.ports, indextest.Endpoint("o-0", "10.200.0.1")))
 	topo := indextest.Topology()
 	prev := topo.Build(r.key, r.src)
-	local := r.members[0]
-	flip := func() {
+	rebuild := func(what string, merged bool) {
+		t.Helper()
+		got := topo.Rebuild(prev, r.key, r.src)
+		if index.Merged(prev, got) != merged {
+			t.Fatalf("%s: merged %v, want %v", what, index.Merged(prev, got), merged)
+		}
+		if d := index.DiffServices(got, topo.Build(r.key, r.src)); d != "" {
+			t.Fatalf("%s: %s", what, d)
+		}
+		prev = got
+	}
+	local, west := r.members[0], r.members[1]
+	for i := range 10 {
+		r.src.SetPodMirrors(om, indextest.PodMirror("10.200.0.1", i%2 == 0))
 		sls := slices.Clone(r.src.Slices(local))
 		sl := *sls[0]
 		sl.Endpoints = slices.Clone(sl.Endpoints)
 		sl.Endpoints[0].Ready = !sl.Endpoints[0].Ready
 		sls[0] = &sl
 		r.src.SetSlices(local, sls...)
+		rebuild("another service's per-pod mirror and a local endpoint", true)
 	}
-	for i := range 10 {
-		r.src.SetPodMirrors(om, indextest.PodMirror("10.200.0.1", i%2 == 0))
-		flip()
-		got := topo.Rebuild(prev, r.key, r.src)
-		if !index.Merged(prev, got) {
-			t.Fatalf("change %d: rebuilt whole after another service's per-pod mirrors changed", i)
-		}
-		if d := index.DiffServices(got, topo.Build(r.key, r.src)); d != "" {
-			t.Fatal(d)
-		}
-		prev = got
+	pods := r.src.PodMirrors(west)
+	for i := range 20 {
+		pods[i*7%len(pods)].Ready = !pods[i*7%len(pods)].Ready
+		r.src.SetPodMirrors(west, slices.Clone(pods)...)
+		rebuild("one of its own per-pod mirrors", true)
 	}
-	r.pods(r.members[1], 50) // its own mirror's
-	flip()
-	if got := topo.Rebuild(prev, r.key, r.src); index.Merged(prev, got) {
-		t.Fatal("merged after its own per-pod mirrors changed")
+	for i := range pods {
+		pods[i].Ready = false
 	}
+	r.src.SetPodMirrors(west, pods...)
+	rebuild("its gateway down", false)
 }

@@ -100,15 +100,15 @@ func warnf(ws *[]Warning, reason, format string, args ...any) {
 func (t *Topology) Build(k Key, src Source) *Service { return t.Rebuild(nil, k, src) }
 
 // Rebuild assembles the global service k again after a change; prev is what it was (nil: new).
-// A big service whose members are the same and whose per-pod mirrors did not change is rebuilt
-// from the slices that changed, merged into prev's sorted records (see update): a change costs
-// what it changes, not the service's size.
+// A big service whose members are the same is rebuilt from the slices and the per-pod mirrors
+// that changed, merged into prev's sorted records (see update): a change costs what it changes,
+// not the service's size.
 func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
 	s, slicesOf, gens := t.members(k, src)
 	if s == nil {
 		return nil
 	}
-	if prev != nil && prev.inc != nil && slices.Equal(prev.inc.gens, gens) && slices.Equal(prev.Members, s.Members) && t.update(prev, s, slicesOf, src) {
+	if prev != nil && prev.inc != nil && slices.Equal(prev.Members, s.Members) && t.update(prev, s, slicesOf, src, gens) {
 		return s
 	}
 	t.build(s, slicesOf, src, gens)
@@ -253,10 +253,21 @@ type incremental struct {
 // new slices' records are sorted and merged into prev's, the records of slices that went are
 // dropped. A slice that replaced one of the same endpoints (an EndpointSlice update: hostnames
 // and addresses in the same order, some conditions changed) contributes only the endpoints that
-// changed; its others keep their place, pointed at the new slice. It returns false when a full
-// rebuild is due: the changes hold a quarter of the records, or the service is no longer big.
-func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) bool {
+// changed; its others keep their place, pointed at the new slice. When a member's per-pod mirrors
+// changed (gens, read before them), the records whose gateway state changed are made again the
+// same way. It returns false when a full rebuild is due: the changes hold a quarter of the
+// records, or the service is no longer big.
+func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gens []uint64) bool {
 	old := prev.inc
+	// Members whose per-pod mirrors changed: their liveness, read once, for the records to compare
+	// and the new ones.
+	builders := make([]recordBuilder, len(s.Members))
+	regated := false
+	for i, m := range s.Members {
+		if gens[i] != old.gens[i] {
+			builders[i], regated = t.recordsOf(m, src), true
+		}
+	}
 	ordinal := make(map[*Slice]uint32, len(old.slices))
 	for o, sl := range old.slices {
 		if sl != nil {
@@ -268,6 +279,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 		member int
 		slice  *Slice
 		renews *renewal
+		same   bool // a kept slice, renewed for its gateway states: its warnings are made
 	}
 	var adds []added
 	for i, sls := range slicesOf {
@@ -282,7 +294,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 			adds = append(adds, added{member: i, slice: sl})
 		}
 	}
-	inc := &incremental{gens: old.gens, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), counts: slices.Clone(old.counts), merged: true}
+	inc := &incremental{gens: gens, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), counts: slices.Clone(old.counts), merged: true}
 	renewals := make([]*renewal, len(old.slices))
 	changed, gone := 0, 0 // records added, and dropped
 	for a := range adds {
@@ -307,6 +319,31 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 			changed += len(add.slice.Endpoints)
 		}
 	}
+	// A record whose gateway state changed is made again, as if its endpoint had: its slice is
+	// renewed (by itself, when kept).
+	for i := 0; regated && i < len(old.all); i++ {
+		r := &old.all[i]
+		o := r.slice
+		rb := &builders[old.owners[o]]
+		if rb.m == nil || fate[o] == dropped || rb.pods.of(r.Addr()) == r.Gateway {
+			continue
+		}
+		rn := renewals[o]
+		if rn == nil {
+			if rn = renew(old.slices[o], old.slices[o]); rn == nil {
+				return false // an endpoint twice in one slice: not worth doing by parts
+			}
+			rn.ordinal = o
+			fate[o], renewals[o] = renewed, rn
+			adds = append(adds, added{member: int(old.owners[o]), slice: old.slices[o], renews: rn, same: true})
+		}
+		if e, ok := rn.at[endpointKey{r.Host, r.addr}]; ok && !rn.differs[e] {
+			rn.differs[e] = true
+			rn.changed++
+			changed++
+			gone++
+		}
+	}
 	var free []uint32
 	for o, sl := range old.slices {
 		if sl != nil && fate[o] == dropped {
@@ -323,14 +360,17 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source) boo
 
 	// The new records, sorted.
 	var fresh []Record
-	builders := make([]recordBuilder, len(s.Members))
 	for _, a := range adds {
 		rb := &builders[a.member]
 		if rb.m == nil {
 			*rb = t.recordsOf(s.Members[a.member], src)
 		}
 		if a.renews != nil {
-			fresh = rb.add(fresh, a.slice, a.renews.ordinal, a.renews.differs, &s.Warnings)
+			warn := &s.Warnings
+			if a.same {
+				warn = new([]Warning) // made when it was found kept
+			}
+			fresh = rb.add(fresh, a.slice, a.renews.ordinal, a.renews.differs, warn)
 			continue
 		}
 		o := uint32(len(inc.slices))
