@@ -104,43 +104,51 @@ func (t *Topology) Build(k Key, src Source) *Service { return t.Rebuild(nil, k, 
 // that changed, merged into prev's sorted records (see update): a change costs what it changes,
 // not the service's size.
 func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
-	s, slicesOf, gens := t.members(k, src)
+	s, slicesOf := t.members(k, src)
 	if s == nil {
 		return nil
 	}
-	if prev != nil && prev.inc != nil && slices.Equal(prev.Members, s.Members) && t.update(prev, s, slicesOf, src, gens) {
-		return s
+	var gens []uint64
+	if prev != nil && prev.inc != nil && slices.Equal(prev.Members, s.Members) {
+		if gens = generations(s.Members, src); t.update(prev, s, slicesOf, src, gens) {
+			return s
+		}
 	}
 	t.build(s, slicesOf, src, gens)
 	return s
 }
 
-// members starts building k: its accepted members, the generations of their per-pod mirrors and
-// their slices. s is nil when k has no member.
-func (t *Topology) members(k Key, src Source) (s *Service, slicesOf [][]*Slice, gens []uint64) {
+// members starts building k: its accepted members and their slices. s is nil when k has no member.
+func (t *Topology) members(k Key, src Source) (s *Service, slicesOf [][]*Slice) {
 	members := src.Members(k)
 	if len(members) == 0 {
-		return nil, nil, nil
+		return nil, nil
 	}
 	s = &Service{Key: k, built: time.Now().UnixNano()}
 	if s.Members = t.acceptMembers(members, &s.Warnings); len(s.Members) == 0 {
-		return nil, nil, nil
-	}
-	// Before the per-pod mirrors are read (building reads them): a later change makes it stale.
-	gens = make([]uint64, len(s.Members))
-	for i, m := range s.Members {
-		if !m.Local() {
-			gens[i] = src.PodMirrorGeneration(m)
-		}
+		return nil, nil
 	}
 	slicesOf = make([][]*Slice, len(s.Members))
 	for i, m := range s.Members {
 		slicesOf[i] = src.Slices(m)
 	}
-	return s, slicesOf, gens
+	return s, slicesOf
 }
 
-// build makes s's records from every slice of its members: a full rebuild.
+// generations reads the generation of each member's per-pod mirrors (0 for a local one): before
+// they are read, so that a later change makes them stale. Only a big service keeps them.
+func generations(members []*Member, src Source) []uint64 {
+	gens := make([]uint64, len(members))
+	for i, m := range members {
+		if !m.Local() {
+			gens[i] = src.PodMirrorGeneration(m)
+		}
+	}
+	return gens
+}
+
+// build makes s's records from every slice of its members: a full rebuild. gens, when read
+// already, are its members' generations.
 func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gens []uint64) {
 	total, ordinals := 0, 0
 	for _, sls := range slicesOf {
@@ -151,6 +159,9 @@ func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gens []uin
 	}
 	var inc *incremental
 	if total >= incrementalMin {
+		if gens == nil {
+			gens = generations(s.Members, src)
+		}
 		inc = &incremental{gens: gens, slices: make([]*Slice, 0, ordinals), owners: make([]int32, 0, ordinals)}
 	}
 	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
