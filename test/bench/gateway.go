@@ -72,7 +72,7 @@ func gatewayRows(ctx context.Context, c kubernetes.Interface, dnsAddr, metricsAd
 		if err != nil {
 			return sec, nil, err
 		}
-		plugin := histogramQuantile(before, after, "coredns_global_programming_duration_seconds", .99)
+		plugin := histogramQuantile(before, after, programmingHist, .99)
 		sec.rows = append(sec.rows, []string{fmt.Sprint(g.n), fmt.Sprint(len(total)), ms(quantile(total, .5)), ms(quantile(total, .99)),
 			ms(quantile(mirroring, .99)), ms(plugin)})
 		goals = append(goals, fmt.Sprintf("%s (%d per-pod mirrors)", ms(quantile(total, .99)), g.n))

@@ -327,11 +327,14 @@ func directSlices(ctx context.Context, c kubernetes.Interface, svc string, n int
 	return out, nil
 }
 
+// programmingHist is the plugin's own share of a change: watch event to published index.
+const programmingHist = "coredns_global_programming_duration_seconds"
+
 // programmed returns the plugin's own programming time of one change: what the programming
 // histogram's sum gained since before, per observation gained (usually one). The answer can be
 // served a moment before the observation is made, so it polls.
 func programmed(addr string, before map[string]float64) (float64, error) {
-	const hist = "coredns_global_programming_duration_seconds"
+	const hist = programmingHist
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m, err := metrics(addr)
