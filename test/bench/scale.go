@@ -375,18 +375,14 @@ func clearScale(ctx context.Context, c kubernetes.Interface, ns string) error {
 	if err != nil {
 		return err
 	}
-	if err := parallel(ctx, len(slices.Items), func(i int) error {
-		return c.DiscoveryV1().EndpointSlices(ns).Delete(ctx, slices.Items[i].Name, metav1.DeleteOptions{})
-	}); err != nil {
+	if err := deleteEach(ctx, slices.Items, c.DiscoveryV1().EndpointSlices(ns).Delete); err != nil {
 		return fmt.Errorf("delete slices: %w", err)
 	}
 	services, err := c.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	if err := parallel(ctx, len(services.Items), func(i int) error {
-		return c.CoreV1().Services(ns).Delete(ctx, services.Items[i].Name, metav1.DeleteOptions{})
-	}); err != nil {
+	if err := deleteEach(ctx, services.Items, c.CoreV1().Services(ns).Delete); err != nil {
 		return fmt.Errorf("delete Services: %w", err)
 	}
 	if err := c.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
@@ -507,6 +503,15 @@ func loadScale(ctx context.Context, cp *harness.ControlPlane, c kubernetes.Inter
 		return nil, err
 	}
 	return phases, nil
+}
+
+// deleteEach deletes every one of objs (a list's items: PT, their pointer, has GetName) with del,
+// in parallel.
+func deleteEach[T any, PT interface {
+	*T
+	GetName() string
+}](ctx context.Context, objs []T, del func(context.Context, string, metav1.DeleteOptions) error) error {
+	return parallel(ctx, len(objs), func(i int) error { return del(ctx, PT(&objs[i]).GetName(), metav1.DeleteOptions{}) })
 }
 
 // parallel calls f(0) to f(n-1) from loadWorkers goroutines, and returns the first error.
