@@ -67,7 +67,7 @@ func (g *Global) explainReplica(snap *index.Snapshot) []string {
 	topo := g.index.Topology()
 	records := 0
 	for _, k := range snap.Keys() {
-		for _, r := range snap.Service(k).Records {
+		for r := range snap.Service(k).Records().All() {
 			c := clusters[r.Cluster]
 			if c == nil {
 				c = &counts{tier: int(r.Tier)}
@@ -147,8 +147,7 @@ func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *
 	}
 	var lines []string
 	answered, leftOut := 0, 0
-	for i := range svc.Records {
-		r := &svc.Records[i]
+	for r := range svc.Records().All() {
 		if (n.cluster != "" && r.Cluster != n.cluster) || (n.host != "" && r.Host != n.host) {
 			continue
 		}

@@ -20,8 +20,8 @@ func DiffServices(got, want *Service) string {
 		return fmt.Sprintf("got %v, want %v", got, want)
 	case !slices.Equal(got.Members, want.Members):
 		return fmt.Sprintf("members %v, want %v", got.Members, want.Members)
-	case len(got.Records) != len(want.Records):
-		return fmt.Sprintf("%d records, want %d", len(got.Records), len(want.Records))
+	case got.Records().Len() != want.Records().Len():
+		return fmt.Sprintf("%d records, want %d", got.Records().Len(), want.Records().Len())
 	case got.v4 != want.v4 || got.ready != want.ready:
 		return fmt.Sprintf("v4 %d ready %d, want %d %d", got.v4, got.ready, want.v4, want.ready)
 	case !slices.Equal(got.clusters, want.clusters):
@@ -29,8 +29,8 @@ func DiffServices(got, want *Service) string {
 	case (got.inc == nil) != (want.inc == nil):
 		return fmt.Sprintf("incremental %v, want %v", got.inc != nil, want.inc != nil)
 	}
-	for i := range got.Records {
-		g, w := &got.Records[i], &want.Records[i]
+	for i := range got.Records().Len() {
+		g, w := got.Records().At(i), want.Records().At(i)
 		if *g.Endpoint != *w.Endpoint || g.Cluster != w.Cluster || !slices.Equal(g.Ports, w.Ports) || g.Tier != w.Tier || g.Gateway != w.Gateway {
 			return fmt.Sprintf("record %d: %+v %+v, want %+v %+v", i, *g.Endpoint, *g, *w.Endpoint, *w)
 		}
@@ -43,21 +43,77 @@ func DiffServices(got, want *Service) string {
 		if !slices.Equal(got.inc.counts, want.inc.counts) {
 			return fmt.Sprintf("counts %v, want %v", got.inc.counts, want.inc.counts)
 		}
-		if len(got.inc.all) != len(want.inc.all) || got.inc.dups != want.inc.dups {
-			return fmt.Sprintf("%d records before dedupe (copies %v), want %d (%v)", len(got.inc.all), got.inc.dups, len(want.inc.all), want.inc.dups)
+		// Each member's slices in the order the source gave them, as a build has them.
+		for i := range got.inc.order {
+			if !slices.Equal(orderOf(got.inc, i), orderOf(want.inc, i)) {
+				return fmt.Sprintf("member %d's slices %v, want %v", i, orderOf(got.inc, i), orderOf(want.inc, i))
+			}
 		}
-		for _, r := range got.inc.all {
-			sl := got.inc.slices[r.slice]
+		return checkParts(got.inc)
+	}
+	return ""
+}
+
+// orderOf returns member i's slices in inc's order.
+func orderOf(inc *incremental, i int) []*Slice {
+	var out []*Slice
+	for _, o := range inc.order[i] {
+		out = append(out, inc.slices[o])
+	}
+	return out
+}
+
+// checkParts describes how inc's parts break what they promise; "" when they do not.
+func checkParts(inc *incremental) string {
+	ps := inc.parts
+	if len(ps.eps) != len(ps.recs) || len(ps.starts) != len(ps.recs)+1 || ps.starts[0] != 0 {
+		return fmt.Sprintf("%d parts, %d endpoint lists, %d starts", len(ps.recs), len(ps.eps), len(ps.starts))
+	}
+	seen := make([]bool, len(inc.slices)) // each slice in its member's order once
+	for i, ords := range inc.order {
+		for _, o := range ords {
+			if o < 0 || int(o) >= len(inc.slices) || inc.slices[o] == nil || inc.owners[o] != int32(i) || seen[o] {
+				return fmt.Sprintf("member %d's order %v", i, ords)
+			}
+			seen[o] = true
+		}
+	}
+	for o, sl := range inc.slices {
+		if sl != nil && !seen[o] {
+			return fmt.Sprintf("slice ordinal %d in no member's order", o)
+		}
+	}
+	for p, recs := range ps.recs {
+		switch n := len(recs); {
+		case n != len(ps.eps[p]) || int(ps.starts[p+1]-ps.starts[p]) != n:
+			return fmt.Sprintf("part %d: %d records, %d endpoints, starts %d", p, n, len(ps.eps[p]), ps.starts[p+1]-ps.starts[p])
+		case n == 0 || p < len(ps.recs)-1 && n < partSize/4:
+			return fmt.Sprintf("part %d of %d has %d records", p, len(ps.recs), n)
+		case n > 2*partSize && !sameRun(&recs[n-2*partSize], &recs[n-1]):
+			return fmt.Sprintf("part %d has %d records", p, n)
+		case p > 0 && sameRun(&ps.recs[p-1][len(ps.recs[p-1])-1], &recs[0]):
+			return fmt.Sprintf("parts %d and %d split the records of %s", p-1, p, recs[0].Host)
+		}
+		for i := range recs {
+			r := &recs[i]
+			// A record points at its part's copy of its endpoint: never into a slice, which it
+			// would keep in memory once replaced.
+			if r.Endpoint != &ps.eps[p][i] {
+				return fmt.Sprintf("record %+v of part %d points outside its part", *r.Endpoint, p)
+			}
+			sl := inc.slices[r.slice]
 			if sl == nil {
 				return fmt.Sprintf("a record of free slice ordinal %d", r.slice)
 			}
-			// A record points into its slice's endpoints, or holds a not-ready copy of a ready one
-			// there (gateway down): never into a slice that was replaced, which it would keep in
-			// memory.
-			if !slices.Contains(pointers(sl.Endpoints), r.Endpoint) {
-				i := slices.IndexFunc(sl.Endpoints, func(e Endpoint) bool { return e.Host == r.Host && e.addr == r.addr })
-				if r.Gateway != GatewayDown || i < 0 || !(sl.Endpoints[i].Ready || sl.Endpoints[i].Serving) || r.Ready || r.Serving {
-					return fmt.Sprintf("record %+v points outside its slice %d", *r.Endpoint, r.slice)
+			i := slices.IndexFunc(sl.Endpoints, func(e Endpoint) bool { return e.Host == r.Host && e.addr == r.addr })
+			if i < 0 {
+				return fmt.Sprintf("record %+v is not in its slice %d", *r.Endpoint, r.slice)
+			}
+			// Its endpoint's copy, or a not-ready copy of a ready one (gateway down).
+			if e := sl.Endpoints[i]; !sameEndpoint(&e, r.Endpoint) {
+				e.Ready, e.Serving = false, false
+				if r.Gateway != GatewayDown || !sameEndpoint(&e, r.Endpoint) {
+					return fmt.Sprintf("record %+v is not its slice's %+v", *r.Endpoint, sl.Endpoints[i])
 				}
 			}
 		}
@@ -75,10 +131,46 @@ func warnings(svc *Service) []string {
 	return slices.Compact(out)
 }
 
-func pointers(eps []Endpoint) []*Endpoint {
-	out := make([]*Endpoint, len(eps))
-	for i := range eps {
-		out[i] = &eps[i]
+// CheckViews describes how svc's views differ from its records filtered; "" when they do not.
+// For a big service they are cut from its parts: this checks that without them.
+func CheckViews(svc *Service) string {
+	if svc == nil {
+		return ""
 	}
-	return out
+	flat := svc.Records().Flat()
+	ready := flat[:svc.ready]
+	type scope struct{ cluster, host string }
+	want := map[scope]*View{} // by cluster ("" host) and by cluster and host
+	add := func(k scope, r Record) {
+		v := want[k]
+		if v == nil {
+			v = &View{}
+			want[k] = v
+		}
+		if r.is4 {
+			v.A = append(v.A, r)
+		} else {
+			v.AAAA = append(v.AAAA, r)
+		}
+	}
+	for _, r := range ready {
+		add(scope{r.Cluster, ""}, r)
+		add(scope{r.Cluster, r.Host}, r)
+	}
+	same := func(a, b []Record) bool {
+		return slices.EqualFunc(a, b, func(x, y Record) bool { return compareRecords(x, y) == 0 })
+	}
+	if all := svc.All(); !same(all.A, ready[:svc.v4]) || !same(all.AAAA, ready[svc.v4:]) {
+		return fmt.Sprintf("All() has %d and %d records, want %d and %d", len(all.A), len(all.AAAA), svc.v4, len(ready)-svc.v4)
+	}
+	for k, w := range want {
+		got, ok := svc.Cluster(k.cluster)
+		if k.host != "" {
+			got, ok = svc.Host(k.cluster, k.host)
+		}
+		if !ok || !same(got.A, w.A) || !same(got.AAAA, w.AAAA) {
+			return fmt.Sprintf("view of %+v: %d and %d records (%v), want %d and %d", k, len(got.A), len(got.AAAA), ok, len(w.A), len(w.AAAA))
+		}
+	}
+	return ""
 }

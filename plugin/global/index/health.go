@@ -36,8 +36,7 @@ func (h *health) add(svc *Service, sign int) {
 	default:
 		var c *clusterCounts
 		cluster := ""
-		for i := range svc.Records {
-			r := &svc.Records[i]
+		for r := range svc.Records().All() {
 			if c == nil || r.Cluster != cluster {
 				cluster = r.Cluster
 				c = h.of(cluster)

@@ -73,8 +73,8 @@ func TestBuildOrdersByTier(t *testing.T) {
 	if got := describe(svc.All().A); !slices.Equal(got, want) {
 		t.Errorf("A order:\n got %q\nwant %q", got, want)
 	}
-	if len(svc.Records) != 7 {
-		t.Errorf("Records holds %d, want all 7 (not-ready ones too, for the writer)", len(svc.Records))
+	if svc.Records().Len() != 7 {
+		t.Errorf("Records holds %d, want all 7 (not-ready ones too, for the writer)", svc.Records().Len())
 	}
 	if n := len(svc.All().AAAA); n != 0 {
 		t.Errorf("AAAA has %d records", n)
@@ -132,8 +132,8 @@ func TestBuildDualStackAndDuplicates(t *testing.T) {
 		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("foo-5", "10.0.0.5"))),
 	)
 	svc := indextest.Topology().Build(foo, src)
-	if len(svc.Records) != 4 || svc.Records[3].Host != "foo-5" {
-		t.Fatalf("got %d records, want 4 (duplicate addresses merged): %v", len(svc.Records), describe(svc.Records))
+	if svc.Records().Len() != 4 || svc.Records().At(3).Host != "foo-5" {
+		t.Fatalf("got %d records, want 4 (duplicate addresses merged): %v", svc.Records().Len(), describe(svc.Records().Flat()))
 	}
 	all := svc.All()
 	targets := slices.Collect(all.Targets())
@@ -254,7 +254,7 @@ func TestBuildGatewayLiveness(t *testing.T) {
 		t.Errorf("A = %q: want west's foo-1 left out", got)
 	}
 	states := map[string]string{}
-	for _, r := range svc.Records {
+	for r := range svc.Records().All() {
 		states[r.Cluster+"/"+r.Host] = r.State()
 		if r.Gateway == index.GatewayDown && (r.Ready || r.Serving) {
 			t.Errorf("%s/%s: gateway down but ready %v serving %v", r.Cluster, r.Host, r.Ready, r.Serving)

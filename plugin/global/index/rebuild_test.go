@@ -30,6 +30,9 @@ func TestRebuildMatchesBuild(t *testing.T) {
 				if d := index.DiffServices(got, want); d != "" {
 					t.Fatalf("step %d (%s): rebuilt from the previous build, not as built whole: %s", step, what, d)
 				}
+				if d := index.CheckViews(got); d != "" {
+					t.Fatalf("step %d (%s): %s", step, what, d)
+				}
 				if index.Merged(prev, got) {
 					merged++
 				}
@@ -51,7 +54,8 @@ type randomService struct {
 	key     index.Key
 	members []*index.Member
 	ports   []index.Port
-	next    int // for addresses and hostnames never used
+	next    int           // for addresses and hostnames never used
+	copied  *index.Member // whose last slice holds a copy of an endpoint, gone in the next change
 }
 
 func newRandomService(rng *rand.Rand) *randomService {
@@ -117,11 +121,19 @@ func (r *randomService) pods(m *index.Member, down int) {
 
 // change makes one random change and says what it was.
 func (r *randomService) change() string {
+	if m := r.copied; m != nil { // a rebalancing ends: a service with copies is built whole
+		r.copied = nil
+		if slices.Contains(r.members, m) {
+			sls := r.src.Slices(m)
+			r.src.SetSlices(m, sls[:len(sls)-1]...)
+			return "the copy goes"
+		}
+	}
 	m := r.members[r.rng.IntN(len(r.members))]
 	sls := slices.Clone(r.src.Slices(m))
 	pick := func() int { return r.rng.IntN(len(sls)) }
 	switch op := r.rng.IntN(100); {
-	case op < 40 && len(sls) > 0: // one endpoint's readiness flips: the common change
+	case op < 45 && len(sls) > 0: // one endpoint's readiness flips: the common change
 		i := pick()
 		sl := *sls[i]
 		sl.Endpoints = slices.Clone(sl.Endpoints)
@@ -130,7 +142,7 @@ func (r *randomService) change() string {
 		sls[i] = &sl
 		r.src.SetSlices(m, sls...)
 		return "readiness flip"
-	case op < 55 && len(sls) > 0: // endpoints come and go in one slice
+	case op < 60 && len(sls) > 0: // endpoints come and go in one slice
 		i := pick()
 		sl := *sls[i]
 		sl.Endpoints = slices.Clone(sl.Endpoints)
@@ -150,6 +162,7 @@ func (r *randomService) change() string {
 		}
 		sls = append(sls, &index.Slice{Family: from.Family, Ports: from.Ports, Endpoints: []index.Endpoint{e}})
 		r.src.SetSlices(m, sls...)
+		r.copied = m
 		return "a copy of an endpoint"
 	case op < 72 && len(sls) > 0: // a second address under a hostname: a duplicate hostname
 		from := sls[pick()]
@@ -163,6 +176,10 @@ func (r *randomService) change() string {
 		i := pick()
 		r.src.SetSlices(m, slices.Delete(sls, i, i+1)...)
 		return "a slice goes"
+	case op < 84 && len(sls) > 2: // the source lists them in another order
+		r.rng.Shuffle(len(sls), func(i, j int) { sls[i], sls[j] = sls[j], sls[i] })
+		r.src.SetSlices(m, sls...)
+		return "another order"
 	case op < 88: // a slice comes
 		r.src.SetSlices(m, append(sls, r.slice(1+r.rng.IntN(30)))...)
 		return "a slice comes"

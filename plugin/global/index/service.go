@@ -16,9 +16,10 @@ type Service struct {
 	Key
 	// Members are the accepted member Services: the local one first, then mirrors by cluster.
 	Members []*Member
-	// Records holds every address of every member, ready or not, ordered: ready first, then IPv4
-	// before IPv6, then by tier, cluster, host and address. Views are sub-slices of it.
-	Records []Record
+	// records holds every address of every member, ready or not, ordered: ready first, then IPv4
+	// before IPv6, then by tier, cluster, host and address (see Records); a big one's are in
+	// inc.parts instead.
+	records []Record
 	// Warnings lists surprising input met while building (skipped members, duplicate hostnames, ...).
 	Warnings []Warning
 
@@ -39,43 +40,76 @@ func (s *Service) answers() int {
 	return 1
 }
 
-// clusterRun locates one cluster's ready records: Records[a[0]:a[1]] (IPv4), Records[aaaa[0]:aaaa[1]].
+// clusterRun locates one cluster's ready records: Records() a[0] to a[1] (IPv4), aaaa[0] to aaaa[1].
 // int32 offsets: one per member of every service, and no service has 2^31 records.
 type clusterRun struct {
 	name    string
 	a, aaaa [2]int32
 }
 
+// Records returns every address of every member, ready or not, ordered: ready first, then IPv4
+// before IPv6, then by tier, cluster, host and address. Views are runs of it.
+func (s *Service) Records() Records {
+	if s.inc != nil {
+		return s.inc.parts.all()
+	}
+	return RecordsOf(s.records)
+}
+
 // All returns the ready records of every member.
-func (s *Service) All() View {
-	return View{A: s.Records[:s.v4:s.v4], AAAA: s.Records[s.v4:s.ready:s.ready]}
+func (s *Service) All() View { return s.view(0, s.v4, s.v4, s.ready) }
+
+// view returns the view of records a to b (IPv4) and c to d (IPv6).
+func (s *Service) view(a, b, c, d int) View {
+	if s.inc != nil {
+		ps := s.inc.parts
+		return View{A: ps.slice(0, a, b).Flat(), AAAA: ps.slice(0, c, d).Flat()}
+	}
+	return View{A: s.records[a:b:b], AAAA: s.records[c:d:d]}
 }
 
 // Cluster returns the ready records of one member cluster; ok is false when no member is from it.
 func (s *Service) Cluster(cluster string) (View, bool) {
-	for i := range s.clusters {
-		if c := &s.clusters[i]; c.name == cluster {
-			return View{A: s.Records[c.a[0]:c.a[1]:c.a[1]], AAAA: s.Records[c.aaaa[0]:c.aaaa[1]:c.aaaa[1]]}, true
-		}
+	if c := s.cluster(cluster); c != nil {
+		return s.view(int(c.a[0]), int(c.a[1]), int(c.aaaa[0]), int(c.aaaa[1])), true
 	}
 	return View{}, false
 }
 
-// Host returns the ready records of one endpoint; ok is false when it has none.
+func (s *Service) cluster(name string) *clusterRun {
+	for i := range s.clusters {
+		if c := &s.clusters[i]; c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Host returns the ready records of one endpoint; ok is false when it has none. They are in
+// one part of a big service: found without a copy.
 func (s *Service) Host(cluster, host string) (View, bool) {
-	c, _ := s.Cluster(cluster)
-	v := View{A: hostRun(c.A, host), AAAA: hostRun(c.AAAA, host)}
+	var v View
+	if c := s.cluster(cluster); c != nil {
+		rs := s.Records()
+		v = View{A: hostRun(rs.Slice(int(c.a[0]), int(c.a[1])), host), AAAA: hostRun(rs.Slice(int(c.aaaa[0]), int(c.aaaa[1])), host)}
+	}
 	return v, !v.Empty()
 }
 
 // hostRun returns the records of host in rs, one cluster's records sorted by host.
-func hostRun(rs []Record, host string) []Record {
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].Host >= host })
-	j := i
-	for j < len(rs) && rs[j].Host == host {
+func hostRun(rs Records, host string) []Record {
+	head := rs.flat
+	if rs.ps != nil { // a big service's: from the part that holds them all
+		i := rs.search(0, rs.Len(), func(r *Record) bool { return r.Host >= host })
+		head, _ = rs.Slice(i, rs.Len()).next()
+	} else {
+		head = head[sort.Search(len(head), func(i int) bool { return head[i].Host >= host }):]
+	}
+	j := 0
+	for j < len(head) && head[j].Host == host {
 		j++
 	}
-	return rs[i:j:j]
+	return head[:j:j]
 }
 
 // Warning is surprising input met while building a service: Reason is a metric label, Detail a log line.
@@ -110,9 +144,11 @@ func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
 	}
 	var gens []uint64
 	if prev != nil && prev.inc != nil && slices.Equal(prev.Members, s.Members) {
+		w := len(s.Warnings)
 		if gens = generations(s.Members, src); t.update(prev, s, slicesOf, src, gens) {
 			return s
 		}
+		s.Warnings = s.Warnings[:w] // made again by build
 	}
 	t.build(s, slicesOf, src, gens)
 	return s
@@ -162,32 +198,31 @@ func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gens []uin
 		if gens == nil {
 			gens = generations(s.Members, src)
 		}
-		inc = &incremental{gens: gens, slices: make([]*Slice, 0, ordinals), owners: make([]int32, 0, ordinals)}
+		inc = &incremental{gens: gens, slices: make([]*Slice, 0, ordinals), owners: make([]int32, 0, ordinals), order: make([][]int32, len(s.Members))}
 	}
-	s.Records = make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
+	rs := make([]Record, 0, total) // exactly: a snapshot lives long, spare capacity is waste
 	ordinal := uint32(0)
 	for i, m := range s.Members {
 		rb := t.recordsOf(m, src)
 		for _, sl := range slicesOf[i] {
-			s.Records = rb.add(s.Records, sl, ordinal, nil, &s.Warnings)
+			rs = rb.add(rs, sl, ordinal, nil, &s.Warnings)
 			if inc != nil {
 				inc.slices, inc.owners = append(inc.slices, sl), append(inc.owners, int32(i))
+				inc.order[i] = append(inc.order[i], int32(ordinal))
 			}
 			ordinal++
 		}
 	}
-	slices.SortFunc(s.Records, compareRecords)
-	if inc == nil {
-		if d := dedupe(s.Records); len(d) < len(s.Records) {
-			s.Records = slices.Clone(d)
-		}
-	} else {
-		// A big service keeps its records before dedupe too: a copy dropped now is the one
-		// answered once the slice that has the other goes.
-		inc.all = s.Records
-		if d := dedupe(slices.Clone(s.Records)); len(d) < len(s.Records) {
-			s.Records, inc.dups = slices.Clip(d), true
-		}
+	slices.SortFunc(rs, compareRecords)
+	switch d := dedupe(rs); {
+	case len(d) < len(rs):
+		// Copies of an endpoint (a slice being rebalanced, for a moment): rare, so a service
+		// that has them is built whole until they go.
+		s.records, inc = slices.Clone(d), nil
+	case inc != nil:
+		inc.parts = partsOf(rs)
+	default:
+		s.records = rs
 	}
 	s.inc = inc
 	s.locate(t)
@@ -254,20 +289,22 @@ type incremental struct {
 	gens   []uint64        // Source.PodMirrorGeneration of each member, read before its per-pod mirrors
 	slices []*Slice        // by ordinal (Record.slice); nil: free
 	owners []int32         // by ordinal: the index in Members of the slice's member
-	all    []Record        // every record, sorted, copies of an endpoint included
-	dups   bool            // all has copies: Records is all deduped, not all itself
+	order  [][]int32       // by member: the ordinals of its slices, in the order Source.Slices gave them
+	parts  *parts          // the records (no endpoint twice: a service with copies is not incremental)
 	counts []clusterCounts // Records by member cluster (as clusters) and state, for health
 	merged bool            // built by update, not whole (for tests)
 }
 
 // update makes s, whose members are prev's, from prev and the slices that changed since: the
-// new slices' records are sorted and merged into prev's, the records of slices that went are
-// dropped. A slice that replaced one of the same endpoints (an EndpointSlice update: hostnames
-// and addresses in the same order, some conditions changed) contributes only the endpoints that
-// changed; its others keep their place, pointed at the new slice. When a member's per-pod mirrors
-// changed (gens, read before them), the records whose gateway state changed are made again the
-// same way. It returns false when a full rebuild is due: the changes hold a quarter of the
-// records, or the service is no longer big.
+// records of slices that went and of endpoints that changed are found and dropped, the new ones
+// sorted and inserted where they belong, in copies of the parts they touch; the other parts are
+// shared with prev. A slice that replaced one of the same endpoints (an EndpointSlice update:
+// hostnames and addresses in the same order, some conditions changed) contributes only the
+// endpoints that changed: its others' records are equal and stay (they point at their parts'
+// own copies of their endpoints). When a member's per-pod mirrors changed (gens, read before
+// them), the records whose gateway state changed are made again the same way. It returns false
+// when a full rebuild is due: the changes hold a quarter of the records, the service is no
+// longer big, or an endpoint is in it twice.
 func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gens []uint64) bool {
 	old := prev.inc
 	// Members whose per-pod mirrors changed: their liveness, read once, for the records to compare
@@ -279,33 +316,29 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 			builders[i], regated = t.recordsOf(m, src), true
 		}
 	}
-	ordinal := make(map[*Slice]uint32, len(old.slices))
-	for o, sl := range old.slices {
-		if sl != nil {
-			ordinal[sl] = uint32(o)
-		}
-	}
 	fate := make([]uint8, len(old.slices)) // of each old slice: dropped unless kept or renewed
 	type added struct {
-		member int
-		slice  *Slice
-		renews *renewal
-		same   bool // a kept slice, renewed for its gateway states: its warnings are made
+		member, at int // at: its index in its member's slices (-1: a kept one)
+		slice      *Slice
+		renews     *renewal
+		same       bool // a kept slice, renewed for its gateway states: its warnings are made
 	}
 	var adds []added
+	order := make([][]int32, len(slicesOf)) // the new order: -1 for a slice not placed yet
 	for i, sls := range slicesOf {
-		for _, sl := range sls {
-			if o, ok := ordinal[sl]; ok {
+		order[i] = old.match(i, sls)
+		for j, sl := range sls {
+			if o := order[i][j]; o >= 0 {
 				fate[o] = kept
 				if m := s.Members[i]; !m.Local() {
 					servicePorts(m, sl.Ports, &s.Warnings) // the warnings only: its records are kept
 				}
 				continue
 			}
-			adds = append(adds, added{member: i, slice: sl})
+			adds = append(adds, added{member: i, at: j, slice: sl})
 		}
 	}
-	inc := &incremental{gens: gens, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), counts: slices.Clone(old.counts), merged: true}
+	inc := &incremental{gens: gens, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), order: order, counts: slices.Clone(old.counts), merged: true}
 	renewals := make([]*renewal, len(old.slices))
 	changed, gone := 0, 0 // records added, and dropped
 	for a := range adds {
@@ -332,8 +365,11 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 	}
 	// A record whose gateway state changed is made again, as if its endpoint had: its slice is
 	// renewed (by itself, when kept).
-	for i := 0; regated && i < len(old.all); i++ {
-		r := &old.all[i]
+	all := prev.Records()
+	for r := range all.All() {
+		if !regated {
+			break
+		}
 		o := r.slice
 		rb := &builders[old.owners[o]]
 		if rb.m == nil || fate[o] == dropped || rb.pods.of(r.Addr()) == r.Gateway {
@@ -341,14 +377,12 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 		}
 		rn := renewals[o]
 		if rn == nil {
-			if rn = renew(old.slices[o], old.slices[o]); rn == nil {
-				return false // an endpoint twice in one slice: not worth doing by parts
-			}
+			rn = renew(old.slices[o], old.slices[o])
 			rn.ordinal = o
 			fate[o], renewals[o] = renewed, rn
-			adds = append(adds, added{member: int(old.owners[o]), slice: old.slices[o], renews: rn, same: true})
+			adds = append(adds, added{member: int(old.owners[o]), at: -1, slice: old.slices[o], renews: rn, same: true})
 		}
-		if e, ok := rn.at[endpointKey{r.Host, r.addr}]; ok && !rn.differs[e] {
+		if e, ok := rn.index(r.Host, r.addr); ok && !rn.differs[e] {
 			rn.differs[e] = true
 			rn.changed++
 			changed++
@@ -365,11 +399,51 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 			free = append(free, uint32(o))
 		}
 	}
-	if (changed+gone)*4 > len(old.all) || len(old.all)+changed-gone < incrementalMin {
+	if (changed+gone)*4 > all.Len() || all.Len()+changed-gone < incrementalMin {
 		return false
 	}
 
-	// The new records, sorted.
+	// The records that go: found by their endpoint, in either readiness (a gateway down makes a
+	// ready endpoint's record not ready).
+	origins := make([]Origin, len(s.Members)) // each member's cluster, for the search
+	tiers := make([]uint8, len(s.Members))
+	for i, m := range s.Members {
+		origins[i].Cluster = m.Cluster
+		if m.Local() {
+			origins[i].Cluster = t.Local
+		}
+		tiers[i] = t.Tier(origins[i].Cluster)
+	}
+	var dels []int
+	drop := func(o uint32, ep *Endpoint) bool {
+		m := old.owners[o]
+		i := findRecord(all, prev.ready, Record{Endpoint: ep, Origin: &origins[m], Tier: tiers[m]}, o)
+		if i >= 0 {
+			dels = append(dels, i)
+			count(inc.counts, prev.clusters, all.At(i), t.Local, -1)
+		}
+		return i >= 0
+	}
+	for o, sl := range old.slices {
+		switch {
+		case sl != nil && fate[o] == dropped:
+			for e := range sl.Endpoints {
+				if !drop(uint32(o), &sl.Endpoints[e]) {
+					return false
+				}
+			}
+		case renewals[o] != nil:
+			rn := renewals[o]
+			for e, d := range rn.differs {
+				if d && !drop(uint32(o), &rn.old.Endpoints[e]) {
+					return false
+				}
+			}
+		}
+	}
+	slices.Sort(dels)
+
+	// The new records, sorted, and where each goes among the old.
 	var fresh []Record
 	for _, a := range adds {
 		rb := &builders[a.member]
@@ -380,6 +454,8 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 			warn := &s.Warnings
 			if a.same {
 				warn = new([]Warning) // made when it was found kept
+			} else {
+				order[a.member][a.at] = int32(a.renews.ordinal)
 			}
 			fresh = rb.add(fresh, a.slice, a.renews.ordinal, a.renews.differs, warn)
 			continue
@@ -391,64 +467,59 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 		} else {
 			inc.slices, inc.owners = append(inc.slices, a.slice), append(inc.owners, int32(a.member))
 		}
+		order[a.member][a.at] = int32(o)
 		fresh = rb.add(fresh, a.slice, o, nil, &s.Warnings)
 	}
 	slices.SortFunc(fresh, compareRecords)
-
-	// Merged: each new record goes where a binary search puts it; the old records between are
-	// copied in runs, without those of slices that went and those that changed (their counts
-	// taken out), a renewed slice's others pointed at it.
-	s.Records = make([]Record, 0, len(old.all)+changed-gone)
-	rest := old.all
-	keep := func(rs []Record) {
-		for len(rs) > 0 {
-			i := 0
-			for i < len(rs) && fate[rs[i].slice] == kept {
-				i++
-			}
-			s.Records = append(s.Records, rs[:i]...)
-			for ; i < len(rs) && fate[rs[i].slice] != kept; i++ {
-				r := rs[i]
-				if rn := renewals[r.slice]; rn != nil {
-					if e, ok := rn.at[endpointKey{r.Host, r.addr}]; ok && !rn.differs[e] {
-						if r.Endpoint == &rn.old.Endpoints[e] {
-							r.Endpoint = &rn.next.Endpoints[e]
-						} // else a not-ready copy of its own (gateway down), still right
-						s.Records = append(s.Records, r)
-						continue
-					}
-				}
-				count(inc.counts, prev.clusters, &r, t.Local, -1)
-			}
-			rs = rs[i:]
-		}
-	}
-	at := make([]int, len(fresh)) // where each new record went
+	pos := make([]int, len(fresh))
 	for i := range fresh {
-		r := &fresh[i]
-		j := sort.Search(len(rest), func(j int) bool { return compareRecords(rest[j], *r) > 0 })
-		keep(rest[:j])
-		rest = rest[j:]
-		at[i] = len(s.Records)
-		s.Records = append(s.Records, *r)
-		count(inc.counts, prev.clusters, r, t.Local, 1)
+		pos[i] = all.search(0, all.Len(), func(r *Record) bool { return compareRecords(*r, fresh[i]) > 0 })
+		count(inc.counts, prev.clusters, &fresh[i], t.Local, 1)
 	}
-	keep(rest)
-	inc.all = s.Records
 
-	// Copies of an endpoint: rare (a slice being rebalanced), so then the records are deduped and
-	// counted whole.
-	copies := old.dups || hasCopies(s.Records, at)
-	if copies {
-		if d := dedupe(slices.Clone(s.Records)); len(d) < len(s.Records) {
-			s.Records, inc.dups = slices.Clip(d), true
+	// The parts: those with no record going or coming shared, the others made again.
+	at := make([]int, len(fresh)) // where each new record went
+	ps := prev.inc.parts
+	b, release := editParts(all.Len())
+	defer release()
+	d, f := 0, 0
+	for p, recs := range ps.recs {
+		start, end := int(ps.starts[p]), int(ps.starts[p+1])
+		if (d == len(dels) || dels[d] >= end) && (f == len(fresh) || pos[f] >= end) {
+			b.share(recs, ps.eps[p])
+			continue
+		}
+		for g := start; g < end; {
+			next := end
+			if d < len(dels) {
+				next = min(next, dels[d])
+			}
+			if f < len(fresh) {
+				next = min(next, pos[f])
+			}
+			b.add(recs[g-start : next-start]...)
+			if g = next; g == end {
+				break
+			}
+			for ; f < len(fresh) && pos[f] == g; f++ {
+				at[f] = b.len()
+				b.add(fresh[f])
+			}
+			if d < len(dels) && dels[d] == g {
+				d, g = d+1, g+1
+			}
 		}
 	}
-	s.inc = inc
-	s.locate(t)
-	if copies {
-		inc.counts = s.countRecords(t.Local)
+	for ; f < len(fresh); f++ { // after the last record, or into none
+		at[f] = b.len()
+		b.add(fresh[f])
 	}
+	inc.parts = b.done()
+	s.inc = inc
+	if hasCopies(s.Records(), at) {
+		return false
+	}
+	s.locate(t)
 	// Hostnames: what prev warned of, if still so, and the new ready records' own.
 	for _, w := range prev.Warnings {
 		if w.Reason == ReasonDuplicateHost {
@@ -461,6 +532,59 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 		}
 	}
 	return true
+}
+
+// findRecord returns where in rs, a big service's records whose first ready are ready, the
+// record of slice ordinal o for probe's endpoint is; -1 when there is none.
+func findRecord(rs Records, ready int, probe Record, o uint32) int {
+	for _, span := range [2][2]int{{0, ready}, {ready, rs.Len()}} {
+		i := rs.search(span[0], span[1], func(r *Record) bool { return compareEndpoints(*r, probe) >= 0 })
+		if i < span[1] && compareEndpoints(*rs.At(i), probe) == 0 && rs.At(i).slice == o {
+			return i
+		}
+	}
+	return -1
+}
+
+// match returns the ordinal that each of sls, member i's slices now, had in old (-1 for a slice
+// it did not have). Source.Slices keeps its order, so the lists are compared from both ends: the
+// slices between can only be some of those between in old, compared one by one when few.
+func (old *incremental) match(i int, sls []*Slice) []int32 {
+	prev, at := old.order[i], make([]int32, len(sls))
+	a := 0
+	for a < len(sls) && a < len(prev) && old.slices[prev[a]] == sls[a] {
+		at[a] = prev[a]
+		a++
+	}
+	b, c := len(sls), len(prev)
+	for b > a && c > a && old.slices[prev[c-1]] == sls[b-1] {
+		b, c = b-1, c-1
+		at[b] = prev[c]
+	}
+	mid := prev[a:c]
+	var m map[*Slice]int32
+	if (b-a)*len(mid) > 64 {
+		m = make(map[*Slice]int32, len(mid))
+		for _, o := range mid {
+			m[old.slices[o]] = o
+		}
+	}
+	for j := a; j < b; j++ {
+		at[j] = -1
+		if m != nil {
+			if o, ok := m[sls[j]]; ok {
+				at[j] = o
+			}
+			continue
+		}
+		for _, o := range mid {
+			if old.slices[o] == sls[j] {
+				at[j] = o
+				break
+			}
+		}
+	}
+	return at
 }
 
 // The fates of a big service's slices in an update.
@@ -479,9 +603,22 @@ type renewal struct {
 	old     *Slice
 	next    *Slice
 	ordinal uint32              // the replaced slice's, which next takes over
-	at      map[endpointKey]int // each endpoint's index in both
+	at      map[endpointKey]int // each endpoint's index in both, made when first needed
 	differs []bool              // by index: the endpoint changed (its record is made again)
 	changed int                 // how many did
+}
+
+// index returns the index in both slices of the endpoint of host and addr.
+func (rn *renewal) index(host string, addr [16]byte) (int, bool) {
+	if rn.at == nil {
+		rn.at = make(map[endpointKey]int, len(rn.old.Endpoints))
+		for i := range rn.old.Endpoints {
+			e := &rn.old.Endpoints[i]
+			rn.at[endpointKey{e.Host, e.addr}] = i
+		}
+	}
+	i, ok := rn.at[endpointKey{host, addr}]
+	return i, ok
 }
 
 type endpointKey struct {
@@ -490,20 +627,19 @@ type endpointKey struct {
 }
 
 // renew pairs next with old, the slice it replaced, when they list the same endpoints (hostname
-// and address) in the same order, each once: then only the endpoints that changed need new
-// records. nil when they do not.
+// and address) in the same order: then only the endpoints that changed need new records. nil
+// when they do not. Each endpoint is in old once, as old is a slice of a big service, which has
+// no endpoint twice (see incremental.parts).
 func renew(old, next *Slice) *renewal {
 	if old.Family != next.Family || len(old.Endpoints) != len(next.Endpoints) || !slices.Equal(old.Ports, next.Ports) {
 		return nil
 	}
-	rn := &renewal{old: old, next: next, at: make(map[endpointKey]int, len(old.Endpoints)), differs: make([]bool, len(old.Endpoints))}
+	rn := &renewal{old: old, next: next, differs: make([]bool, len(old.Endpoints))}
 	for i := range old.Endpoints {
 		a, b := &old.Endpoints[i], &next.Endpoints[i]
-		k := endpointKey{a.Host, a.addr}
-		if _, twice := rn.at[k]; twice || a.Host != b.Host || a.addr != b.addr || a.is4 != b.is4 {
+		if a.Host != b.Host || a.addr != b.addr || a.is4 != b.is4 {
 			return nil
 		}
-		rn.at[k] = i
 		if !sameEndpoint(a, b) {
 			rn.differs[i] = true
 			rn.changed++
@@ -531,17 +667,16 @@ func (s *Service) warnIfDuplicateHost(cluster, host string) {
 
 // hasCopies reports whether a record at one of the indexes at of sorted rs has another copy in
 // rs, of either readiness: what dedupe would drop. A copy of the same readiness is a neighbour.
-func hasCopies(rs []Record, at []int) bool {
+func hasCopies(rs Records, at []int) bool {
+	n := rs.Len()
 	for _, i := range at {
-		r := &rs[i]
-		if i > 0 && compareRecords(rs[i-1], *r) == 0 || i+1 < len(rs) && compareRecords(rs[i+1], *r) == 0 {
+		r := rs.At(i)
+		if i > 0 && compareRecords(*rs.At(i - 1), *r) == 0 || i+1 < n && compareRecords(*rs.At(i + 1), *r) == 0 {
 			return true
 		}
 		other := !r.Ready
-		j := sort.Search(len(rs), func(j int) bool {
-			return cmp.Or(trueFirst(rs[j].Ready, other), compareEndpoints(rs[j], *r)) >= 0
-		})
-		if j < len(rs) && rs[j].Ready == other && compareEndpoints(rs[j], *r) == 0 {
+		j := rs.search(0, n, func(x *Record) bool { return cmp.Or(trueFirst(x.Ready, other), compareEndpoints(*x, *r)) >= 0 })
+		if j < n && rs.At(j).Ready == other && compareEndpoints(*rs.At(j), *r) == 0 {
 			return true
 		}
 	}
@@ -551,8 +686,8 @@ func hasCopies(rs []Record, at []int) bool {
 // countRecords counts s's records by member cluster (as s.clusters) and state.
 func (s *Service) countRecords(local string) []clusterCounts {
 	counts := make([]clusterCounts, len(s.clusters))
-	for i := range s.Records {
-		count(counts, s.clusters, &s.Records[i], local, 1)
+	for r := range s.Records().All() {
+		count(counts, s.clusters, r, local, 1)
 	}
 	return counts
 }
@@ -704,9 +839,9 @@ func compareEndpoints(a, b Record) int {
 // locate finds the views DNS answers from in the sorted records, so queries never sort: by
 // binary search, as the records are sorted by readiness, family, tier and cluster.
 func (s *Service) locate(t *Topology) {
-	rs := s.Records
-	s.ready = sort.Search(len(rs), func(i int) bool { return !rs[i].Ready })
-	s.v4 = sort.Search(s.ready, func(i int) bool { return !rs[i].is4 })
+	rs := s.Records()
+	s.ready = rs.search(0, rs.Len(), func(r *Record) bool { return !r.Ready })
+	s.v4 = rs.search(0, s.ready, func(r *Record) bool { return !r.is4 })
 	s.clusters = make([]clusterRun, 0, len(s.Members))
 	for _, m := range s.Members {
 		c := m.Cluster
@@ -736,12 +871,9 @@ func (s *Service) warnDuplicateHost(cluster, host string) {
 
 // span returns where the records of cluster (of tier tier) are in rs[from:to], one family's
 // ready records.
-func span(rs []Record, from, to int, tier uint8, cluster string) [2]int32 {
-	at := func(i int) int {
-		r := &rs[i]
-		return cmp.Or(cmp.Compare(r.Tier, tier), strings.Compare(r.Cluster, cluster))
-	}
-	i := from + sort.Search(to-from, func(i int) bool { return at(from+i) >= 0 })
-	j := i + sort.Search(to-i, func(k int) bool { return at(i+k) > 0 })
+func span(rs Records, from, to int, tier uint8, cluster string) [2]int32 {
+	at := func(r *Record) int { return cmp.Or(cmp.Compare(r.Tier, tier), strings.Compare(r.Cluster, cluster)) }
+	i := rs.search(from, to, func(r *Record) bool { return at(r) >= 0 })
+	j := rs.search(i, to, func(r *Record) bool { return at(r) > 0 })
 	return [2]int32{int32(i), int32(j)}
 }

@@ -228,6 +228,8 @@ type Target struct {
 }
 
 // View is the ready part of a global service in one scope (all, a cluster, one host), in answer order.
+// A view of a big service's parts (see Records) that spans several is a copy: as big as the
+// answer made from it.
 type View struct {
 	A, AAAA []Record
 }

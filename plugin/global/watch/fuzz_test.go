@@ -129,7 +129,7 @@ func checkService(t *testing.T, g *index.Service) {
 			t.Fatalf("Host(%s) does not find its target", id)
 		}
 	}
-	if n := len(all.A) + len(all.AAAA); n > len(g.Records) {
-		t.Fatalf("%d ready records of %d", n, len(g.Records))
+	if n := len(all.A) + len(all.AAAA); n > g.Records().Len() {
+		t.Fatalf("%d ready records of %d", n, g.Records().Len())
 	}
 }

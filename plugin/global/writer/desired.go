@@ -114,12 +114,13 @@ func SliceSelector(owner string) string {
 // endpoint <host>-<cluster> (unique in one Service); the MCS slices, whose names are
 // <host>.<cluster>.<svc>..., keep the host as it is.
 func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[group][]endpoint {
-	names := hostnames(s.Records)
+	rs := s.Records()
+	names := hostnames(rs)
 	out := map[group][]endpoint{}
 	// Each group's list made at its size: appended to, it would be copied a dozen times.
 	sizes := map[group]int{}
-	for i := range s.Records {
-		sizes[groupOf(&s.Records[i])]++
+	for r := range rs.All() {
+		sizes[groupOf(r)]++
 	}
 	for g, n := range sizes {
 		out[g] = make([]endpoint, 0, n)
@@ -131,9 +132,10 @@ func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[grou
 	var portsKey string
 	zones := map[string]*string{}
 	// Every endpoint's address list and hostname, two allocations, not two per endpoint.
-	addrs, hns := make([]string, len(s.Records)), make([]string, len(s.Records))
-	for i := range s.Records {
-		r := &s.Records[i]
+	addrs, hns := make([]string, rs.Len()), make([]string, rs.Len())
+	i := -1
+	for r := range rs.All() {
+		i++
 		g := groupOf(r)
 		hn := names[clusterHost{r.Cluster, r.Host}]
 		if mcs {
@@ -214,10 +216,10 @@ type clusterHost struct{ cluster, host string }
 // hostnames gives every (cluster, host) the endpoint hostname <host>-<cluster>: a DNS label, unique
 // within the service, the same on every run. A name that is too long, or that two endpoints would
 // share (foo-0 in a-b and foo-0-a in b), is shortened and suffixed with a hash of its origin.
-func hostnames(rs []index.Record) map[clusterHost]string {
-	count := make(map[string]int, len(rs))
-	names := make(map[clusterHost]string, len(rs))
-	for _, r := range rs {
+func hostnames(rs index.Records) map[clusterHost]string {
+	count := make(map[string]int, rs.Len())
+	names := make(map[clusterHost]string, rs.Len())
+	for r := range rs.All() {
 		k := clusterHost{r.Cluster, r.Host}
 		if _, ok := names[k]; !ok {
 			n := r.Host + "-" + r.Cluster

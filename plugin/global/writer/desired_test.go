@@ -27,7 +27,7 @@ func TestHostnames(t *testing.T) {
 		rec("b", "foo-0-a"),  // ... and foo-0-a-b again
 		rec("east", long),
 	}
-	names := hostnames(rs)
+	names := hostnames(index.RecordsOf(rs))
 	if got := names[clusterHost{"west", "foo-0"}]; got != "foo-0-west" {
 		t.Errorf("plain name %q", got)
 	}
@@ -44,7 +44,7 @@ func TestHostnames(t *testing.T) {
 	if a, b := names[clusterHost{"a-b", "foo-0"}], names[clusterHost{"b", "foo-0-a"}]; a == "foo-0-a-b" || b == "foo-0-a-b" {
 		t.Errorf("colliding names not disambiguated: %q %q", a, b)
 	}
-	if again := hostnames(rs); fmt.Sprint(again) != fmt.Sprint(names) {
+	if again := hostnames(index.RecordsOf(rs)); fmt.Sprint(again) != fmt.Sprint(names) {
 		t.Errorf("not deterministic: %v vs %v", again, names)
 	}
 }

@@ -27,7 +27,7 @@ func FuzzHostnames(f *testing.F) {
 			}
 			rs = append(rs, index.Record{Endpoint: &index.Endpoint{Host: host}, Origin: &index.Origin{Cluster: cluster}})
 		}
-		names := hostnames(rs)
+		names := hostnames(index.RecordsOf(rs))
 		owner := map[string]clusterHost{}
 		for k, n := range names {
 			if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
@@ -38,7 +38,7 @@ func FuzzHostnames(f *testing.F) {
 			}
 			owner[n] = k
 		}
-		if again := hostnames(rs); fmt.Sprint(again) != fmt.Sprint(names) {
+		if again := hostnames(index.RecordsOf(rs)); fmt.Sprint(again) != fmt.Sprint(names) {
 			t.Fatal("not deterministic")
 		}
 		for _, r := range rs {

@@ -1,0 +1,270 @@
+package index
+
+import (
+	"iter"
+	"sort"
+	"sync"
+)
+
+// partSize is about how many records one part of a big service holds: a change copies the parts
+// it touches and the list of parts, O(partSize + records/partSize), not the service's records.
+const partSize = 128
+
+// Records is a run of a service's records in answer order. A small service's are one array; a
+// big one's are parts shared between its versions (see parts), and a run may span several.
+type Records struct {
+	flat   []Record // the records, when they are in one array
+	ps     *parts   // else the parts of which records lo to hi are these
+	lo, hi int32    // int32: a View is passed around by value, and no service has 2^31 records
+}
+
+// parts are a big service's records, in immutable parts. A part's records point at its own
+// copies of their endpoints, so that a part outlives the slices its records came from and a
+// record whose slice was replaced by an equal one need not be touched. One endpoint's records of
+// one readiness and family are never split between parts: a Target or a Host view is in one.
+type parts struct {
+	recs   [][]Record
+	eps    [][]Endpoint // eps[i] are recs[i]'s endpoints, record by record
+	starts []int32      // starts[i] is where recs[i] begins; one more: the number of records
+}
+
+// RecordsOf returns rs, records in answer order, as Records.
+func RecordsOf(rs []Record) Records { return Records{flat: rs} }
+
+// Flat returns the records in one array: theirs when they are in one, else a copy.
+func (rs Records) Flat() []Record {
+	if rs.ps == nil {
+		return rs.flat
+	}
+	return rs.copy()
+}
+
+func (rs Records) copy() []Record {
+	out := make([]Record, 0, rs.Len())
+	for p := range rs.Parts() {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// Len returns the number of records.
+func (rs Records) Len() int {
+	return len(rs.flat) + int(rs.hi-rs.lo) // one of them is 0
+}
+
+// At returns the i-th record.
+func (rs Records) At(i int) *Record {
+	if rs.ps == nil {
+		return &rs.flat[i]
+	}
+	return rs.ps.at(int(rs.lo) + i)
+}
+
+// at returns record g.
+func (ps *parts) at(g int) *Record {
+	p := ps.part(g)
+	return &ps.recs[p][g-int(ps.starts[p])]
+}
+
+// Slice returns records i to j.
+func (rs Records) Slice(i, j int) Records {
+	if rs.ps == nil {
+		return Records{flat: rs.flat[i:j:j]}
+	}
+	return rs.ps.slice(rs.lo, i, j)
+}
+
+// slice returns records lo+i to lo+j, as one array when they are in one part.
+func (ps *parts) slice(lo int32, i, j int) Records {
+	g, h := int(lo)+i, int(lo)+j
+	if g == h {
+		return Records{}
+	}
+	if p := ps.part(g); h <= int(ps.starts[p+1]) {
+		s := int(ps.starts[p])
+		return Records{flat: ps.recs[p][g-s : h-s : h-s]}
+	}
+	return Records{ps: ps, lo: int32(g), hi: int32(h)}
+}
+
+// next splits rs into its first array and the rest.
+func (rs Records) next() ([]Record, Records) {
+	if rs.ps == nil || rs.lo == rs.hi {
+		return rs.flat, Records{}
+	}
+	p := rs.ps.part(int(rs.lo))
+	s, e := rs.ps.starts[p], min(rs.hi, rs.ps.starts[p+1])
+	return rs.ps.recs[p][rs.lo-s : e-s : e-s], Records{ps: rs.ps, lo: e, hi: rs.hi}
+}
+
+// Parts yields the records in order, an array at a time.
+func (rs Records) Parts() iter.Seq[[]Record] {
+	return func(yield func([]Record) bool) {
+		for rs.Len() > 0 {
+			var p []Record
+			if p, rs = rs.next(); !yield(p) {
+				return
+			}
+		}
+	}
+}
+
+// All yields the records in order.
+func (rs Records) All() iter.Seq[*Record] {
+	return func(yield func(*Record) bool) {
+		for p := range rs.Parts() {
+			for i := range p {
+				if !yield(&p[i]) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// search returns the first of records i to j for which f is true (j when none), f being false
+// then true along them. In parts, it searches the parts' first records, then one part: a cold
+// search misses a few cache lines, not one per step.
+func (rs Records) search(i, j int, f func(*Record) bool) int {
+	if rs.ps == nil {
+		return i + sort.Search(j-i, func(k int) bool { return f(&rs.flat[i+k]) })
+	}
+	return rs.ps.search(int(rs.lo)+i, int(rs.lo)+j, f) - int(rs.lo)
+}
+
+func (ps *parts) search(g, h int, f func(*Record) bool) int {
+	if g >= h {
+		return h
+	}
+	p0, p1 := ps.part(g), ps.part(h-1)
+	// The last part whose next one starts with a record f is true of, if any.
+	p := p0 + sort.Search(p1-p0, func(i int) bool { return f(&ps.recs[p0+i+1][0]) })
+	s := int(ps.starts[p])
+	a, b := max(g, s), min(h, int(ps.starts[p+1]))
+	recs := ps.recs[p]
+	return a + sort.Search(b-a, func(i int) bool { return f(&recs[a-s+i]) })
+}
+
+// part returns the part that record g is in.
+func (ps *parts) part(g int) int {
+	return sort.Search(len(ps.recs), func(p int) bool { return int(ps.starts[p+1]) > g })
+}
+
+func (ps *parts) all() Records { return Records{ps: ps, hi: ps.starts[len(ps.recs)]} }
+
+// sameRun reports whether a and b are records of one endpoint of one readiness and family: what
+// no boundary between parts may separate.
+func sameRun(a, b *Record) bool {
+	return a.Ready == b.Ready && a.is4 == b.is4 && a.Host == b.Host && a.Cluster == b.Cluster
+}
+
+// partsBuilder makes parts from records in order: each part at least partSize/4 records (but
+// the last), at most 2×partSize (but for one endpoint's run longer than that).
+type partsBuilder struct {
+	out  *parts
+	acc  []Record // records not yet in a part
+	made bool     // the last part is one made here, not one shared: its end was not checked
+}
+
+func newPartsBuilder(n int, acc []Record) *partsBuilder {
+	n = n/partSize + 2
+	return &partsBuilder{out: &parts{recs: make([][]Record, 0, n), eps: make([][]Endpoint, 0, n), starts: make([]int32, 1, n+1)}, acc: acc}
+}
+
+// partsOf returns records rs, in order, in parts.
+func partsOf(rs []Record) *parts { return newPartsBuilder(len(rs), rs).done() }
+
+// accs hold the records of parts being made again: an update's garbage is what it keeps.
+var accs = sync.Pool{New: func() any { return new([]Record) }}
+
+// editParts returns a builder of parts for about n records, whose release returns its buffer.
+func editParts(n int) (b *partsBuilder, release func()) {
+	acc := accs.Get().(*[]Record)
+	b = newPartsBuilder(n, (*acc)[:0])
+	return b, func() {
+		if cap(b.acc) <= 8*partSize { // not one grown by a rare big edit
+			*acc = b.acc[:0]
+			clear((*acc)[:cap(*acc)]) // no pointers kept into parts
+			accs.Put(acc)
+		}
+	}
+}
+
+// share adds p, an existing part with its endpoints, unless the records before it are too few
+// for a part of their own or end a run p continues: then p's records join them.
+func (b *partsBuilder) share(p []Record, eps []Endpoint) {
+	b.reopen(&p[0])
+	if len(b.acc) > 0 && (len(b.acc) < partSize/4 || sameRun(&b.acc[len(b.acc)-1], &p[0])) {
+		b.acc = append(b.acc, p...)
+		b.flush(false)
+		return
+	}
+	b.flush(true)
+	b.emit(p, eps)
+	b.made = false
+}
+
+// add adds records in no part yet, in order.
+func (b *partsBuilder) add(rs ...Record) {
+	if len(rs) == 0 {
+		return
+	}
+	b.reopen(&rs[0])
+	if b.acc = append(b.acc, rs...); len(b.acc) >= 4*partSize {
+		b.flush(false)
+	}
+}
+
+// reopen takes the last part back when r, the next record, continues its last run, or when it
+// is too small to stay a part but the last.
+func (b *partsBuilder) reopen(r *Record) {
+	o := b.out
+	if len(b.acc) > 0 || len(o.recs) == 0 {
+		return
+	}
+	// A shared part is one of a sequence that kept these rules: only its size may need a look.
+	if last := o.recs[len(o.recs)-1]; len(last) < partSize/4 || b.made && sameRun(&last[len(last)-1], r) {
+		o.recs, o.eps, o.starts = o.recs[:len(o.recs)-1], o.eps[:len(o.eps)-1], o.starts[:len(o.starts)-1]
+		b.acc = append(b.acc, last...)
+	}
+}
+
+// flush makes parts of the records added: all of them when all, else those that make parts
+// of partSize, leaving at least partSize.
+func (b *partsBuilder) flush(all bool) {
+	rest := b.acc
+	for len(rest) >= 2*partSize || all && len(rest) > 0 {
+		n := len(rest)
+		if n >= 2*partSize {
+			n = partSize
+			for n < len(rest) && sameRun(&rest[n-1], &rest[n]) {
+				n++
+			}
+		}
+		recs, eps := make([]Record, n), make([]Endpoint, n)
+		for i := range recs {
+			recs[i], eps[i] = rest[i], *rest[i].Endpoint
+			recs[i].Endpoint = &eps[i]
+		}
+		b.emit(recs, eps)
+		rest, b.made = rest[n:], true
+	}
+	if len(rest) < len(b.acc) {
+		b.acc = append(b.acc[:0], rest...) // its array kept for the next records
+	}
+}
+
+func (b *partsBuilder) emit(recs []Record, eps []Endpoint) {
+	o := b.out
+	o.recs, o.eps = append(o.recs, recs), append(o.eps, eps)
+	o.starts = append(o.starts, o.starts[len(o.starts)-1]+int32(len(recs)))
+}
+
+// len returns the number of records added.
+func (b *partsBuilder) len() int { return int(b.out.starts[len(b.out.starts)-1]) + len(b.acc) }
+
+// done returns the parts made.
+func (b *partsBuilder) done() *parts {
+	b.flush(true)
+	return b.out
+}
