@@ -66,9 +66,6 @@ func orderOf(inc *incremental, i int) []*Slice {
 // checkParts describes how inc's parts break what they promise; "" when they do not.
 func checkParts(inc *incremental) string {
 	ps := inc.parts
-	if len(ps.eps) != len(ps.recs) || len(ps.starts) != len(ps.recs)+1 || ps.starts[0] != 0 {
-		return fmt.Sprintf("%d parts, %d endpoint lists, %d starts", len(ps.recs), len(ps.eps), len(ps.starts))
-	}
 	seen := make([]bool, len(inc.slices)) // each slice in its member's order once
 	for i, ords := range inc.order {
 		for _, o := range ords {
@@ -83,24 +80,12 @@ func checkParts(inc *incremental) string {
 			return fmt.Sprintf("slice ordinal %d in no member's order", o)
 		}
 	}
-	for p, recs := range ps.recs {
-		switch n := len(recs); {
-		case n != len(ps.eps[p]) || int(ps.starts[p+1]-ps.starts[p]) != n:
-			return fmt.Sprintf("part %d: %d records, %d endpoints, starts %d", p, n, len(ps.eps[p]), ps.starts[p+1]-ps.starts[p])
-		case n == 0 || p < len(ps.recs)-1 && n < partSize/4:
-			return fmt.Sprintf("part %d of %d has %d records", p, len(ps.recs), n)
-		case n > 2*partSize && !sameRun(&recs[n-2*partSize], &recs[n-1]):
-			return fmt.Sprintf("part %d has %d records", p, n)
-		case p > 0 && sameRun(&ps.recs[p-1][len(ps.recs[p-1])-1], &recs[0]):
-			return fmt.Sprintf("parts %d and %d split the records of %s", p-1, p, recs[0].Host)
-		}
+	if d := partsRules(ps); d != "" {
+		return d
+	}
+	for _, recs := range ps.recs {
 		for i := range recs {
 			r := &recs[i]
-			// A record points at its part's copy of its endpoint: never into a slice, which it
-			// would keep in memory once replaced.
-			if r.Endpoint != &ps.eps[p][i] {
-				return fmt.Sprintf("record %+v of part %d points outside its part", *r.Endpoint, p)
-			}
 			sl := inc.slices[r.slice]
 			if sl == nil {
 				return fmt.Sprintf("a record of free slice ordinal %d", r.slice)
@@ -170,6 +155,33 @@ func CheckViews(svc *Service) string {
 		}
 		if !ok || !same(got.A, w.A) || !same(got.AAAA, w.AAAA) {
 			return fmt.Sprintf("view of %+v: %d and %d records (%v), want %d and %d", k, len(got.A), len(got.AAAA), ok, len(w.A), len(w.AAAA))
+		}
+	}
+	return ""
+}
+
+// partsRules describes how ps breaks the rules of parts; "" when it does not.
+func partsRules(ps *parts) string {
+	if len(ps.eps) != len(ps.recs) || len(ps.starts) != len(ps.recs)+1 || ps.starts[0] != 0 {
+		return fmt.Sprintf("%d parts, %d endpoint lists, %d starts", len(ps.recs), len(ps.eps), len(ps.starts))
+	}
+	for p, recs := range ps.recs {
+		switch n := len(recs); {
+		case n != len(ps.eps[p]) || int(ps.starts[p+1]-ps.starts[p]) != n:
+			return fmt.Sprintf("part %d: %d records, %d endpoints, starts %d", p, n, len(ps.eps[p]), ps.starts[p+1]-ps.starts[p])
+		case n == 0 || p < len(ps.recs)-1 && n < partSize/4:
+			return fmt.Sprintf("part %d of %d has %d records", p, len(ps.recs), n)
+		case n > 2*partSize && !sameRun(&recs[n-2*partSize], &recs[n-1]):
+			return fmt.Sprintf("part %d has %d records", p, n)
+		case p > 0 && sameRun(&ps.recs[p-1][len(ps.recs[p-1])-1], &recs[0]):
+			return fmt.Sprintf("parts %d and %d split the records of %s", p-1, p, recs[0].Host)
+		}
+		for i := range recs {
+			// A record points at its part's copy of its endpoint: never into a slice, which it
+			// would keep in memory once replaced.
+			if recs[i].Endpoint != &ps.eps[p][i] {
+				return fmt.Sprintf("record %+v of part %d points outside its part", *recs[i].Endpoint, p)
+			}
 		}
 	}
 	return ""

@@ -15,7 +15,7 @@ const partSize = 128
 type Records struct {
 	flat   []Record // the records, when they are in one array
 	ps     *parts   // else the parts of which records lo to hi are these
-	lo, hi int32    // int32: a View is passed around by value, and no service has 2^31 records
+	lo, hi int32    // int32: small to pass around, and no service has 2^31 records
 }
 
 // parts are a big service's records, in immutable parts. A part's records point at its own
@@ -36,10 +36,10 @@ func (rs Records) Flat() []Record {
 	if rs.ps == nil {
 		return rs.flat
 	}
-	return rs.copy()
+	return rs.collect()
 }
 
-func (rs Records) copy() []Record {
+func (rs Records) collect() []Record {
 	out := make([]Record, 0, rs.Len())
 	for p := range rs.Parts() {
 		out = append(out, p...)
@@ -145,6 +145,55 @@ func (ps *parts) search(g, h int, f func(*Record) bool) int {
 	return a + sort.Search(b-a, func(i int) bool { return f(&recs[a-s+i]) })
 }
 
+// edit returns ps without records dels (indexes, sorted) and with records ins (sorted), each
+// ins[i] before record pos[i] (len: after the last), and where each of ins is in the result. The
+// parts no record leaves or joins are shared; the others, and small neighbours, made again.
+func (ps *parts) edit(dels []int, ins []Record, pos []int) (*parts, []int) {
+	at := make([]int, len(ins))
+	acc := accs.Get().(*[]Record)
+	b := newPartsBuilder(int(ps.starts[len(ps.recs)]), (*acc)[:0])
+	defer func() {
+		if cap(b.acc) <= 8*partSize { // not one grown by a rare big edit
+			*acc = b.acc[:0]
+			clear((*acc)[:cap(*acc)]) // no pointers kept into parts
+			accs.Put(acc)
+		}
+	}()
+	d, f := 0, 0
+	for p, recs := range ps.recs {
+		start, end := int(ps.starts[p]), int(ps.starts[p+1])
+		if (d == len(dels) || dels[d] >= end) && (f == len(ins) || pos[f] >= end) {
+			b.share(recs, ps.eps[p])
+			continue
+		}
+		for g := start; g < end; {
+			next := end
+			if d < len(dels) {
+				next = min(next, dels[d])
+			}
+			if f < len(ins) {
+				next = min(next, pos[f])
+			}
+			b.add(recs[g-start : next-start]...)
+			if g = next; g == end {
+				break
+			}
+			for ; f < len(ins) && pos[f] == g; f++ {
+				at[f] = b.len()
+				b.add(ins[f])
+			}
+			if d < len(dels) && dels[d] == g {
+				d, g = d+1, g+1
+			}
+		}
+	}
+	for ; f < len(ins); f++ { // after the last record, or into none
+		at[f] = b.len()
+		b.add(ins[f])
+	}
+	return b.done(), at
+}
+
 // part returns the part that record g is in.
 func (ps *parts) part(g int) int {
 	return sort.Search(len(ps.recs), func(p int) bool { return int(ps.starts[p+1]) > g })
@@ -174,26 +223,13 @@ func newPartsBuilder(n int, acc []Record) *partsBuilder {
 // partsOf returns records rs, in order, in parts.
 func partsOf(rs []Record) *parts { return newPartsBuilder(len(rs), rs).done() }
 
-// accs hold the records of parts being made again: an update's garbage is what it keeps.
+// accs hold the records of parts being made again: an edit's garbage is what it keeps.
 var accs = sync.Pool{New: func() any { return new([]Record) }}
-
-// editParts returns a builder of parts for about n records, whose release returns its buffer.
-func editParts(n int) (b *partsBuilder, release func()) {
-	acc := accs.Get().(*[]Record)
-	b = newPartsBuilder(n, (*acc)[:0])
-	return b, func() {
-		if cap(b.acc) <= 8*partSize { // not one grown by a rare big edit
-			*acc = b.acc[:0]
-			clear((*acc)[:cap(*acc)]) // no pointers kept into parts
-			accs.Put(acc)
-		}
-	}
-}
 
 // share adds p, an existing part with its endpoints, unless the records before it are too few
 // for a part of their own or end a run p continues: then p's records join them.
 func (b *partsBuilder) share(p []Record, eps []Endpoint) {
-	b.reopen(&p[0])
+	b.reopen(&p[0], b.made) // a shared part follows another as it did: only a made one may need a look
 	if len(b.acc) > 0 && (len(b.acc) < partSize/4 || sameRun(&b.acc[len(b.acc)-1], &p[0])) {
 		b.acc = append(b.acc, p...)
 		b.flush(false)
@@ -209,21 +245,20 @@ func (b *partsBuilder) add(rs ...Record) {
 	if len(rs) == 0 {
 		return
 	}
-	b.reopen(&rs[0])
+	b.reopen(&rs[0], true)
 	if b.acc = append(b.acc, rs...); len(b.acc) >= 4*partSize {
 		b.flush(false)
 	}
 }
 
-// reopen takes the last part back when r, the next record, continues its last run, or when it
-// is too small to stay a part but the last.
-func (b *partsBuilder) reopen(r *Record) {
+// reopen takes the last part back when it is too small to stay a part but the last, or, when
+// run, when r, the next record, continues its last run (a new address of a host at its end).
+func (b *partsBuilder) reopen(r *Record, run bool) {
 	o := b.out
 	if len(b.acc) > 0 || len(o.recs) == 0 {
 		return
 	}
-	// A shared part is one of a sequence that kept these rules: only its size may need a look.
-	if last := o.recs[len(o.recs)-1]; len(last) < partSize/4 || b.made && sameRun(&last[len(last)-1], r) {
+	if last := o.recs[len(o.recs)-1]; len(last) < partSize/4 || run && sameRun(&last[len(last)-1], r) {
 		o.recs, o.eps, o.starts = o.recs[:len(o.recs)-1], o.eps[:len(o.eps)-1], o.starts[:len(o.starts)-1]
 		b.acc = append(b.acc, last...)
 	}

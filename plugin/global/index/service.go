@@ -477,44 +477,8 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 		count(inc.counts, prev.clusters, &fresh[i], t.Local, 1)
 	}
 
-	// The parts: those with no record going or coming shared, the others made again.
-	at := make([]int, len(fresh)) // where each new record went
-	ps := prev.inc.parts
-	b, release := editParts(all.Len())
-	defer release()
-	d, f := 0, 0
-	for p, recs := range ps.recs {
-		start, end := int(ps.starts[p]), int(ps.starts[p+1])
-		if (d == len(dels) || dels[d] >= end) && (f == len(fresh) || pos[f] >= end) {
-			b.share(recs, ps.eps[p])
-			continue
-		}
-		for g := start; g < end; {
-			next := end
-			if d < len(dels) {
-				next = min(next, dels[d])
-			}
-			if f < len(fresh) {
-				next = min(next, pos[f])
-			}
-			b.add(recs[g-start : next-start]...)
-			if g = next; g == end {
-				break
-			}
-			for ; f < len(fresh) && pos[f] == g; f++ {
-				at[f] = b.len()
-				b.add(fresh[f])
-			}
-			if d < len(dels) && dels[d] == g {
-				d, g = d+1, g+1
-			}
-		}
-	}
-	for ; f < len(fresh); f++ { // after the last record, or into none
-		at[f] = b.len()
-		b.add(fresh[f])
-	}
-	inc.parts = b.done()
+	var at []int // where each new record went
+	inc.parts, at = prev.inc.parts.edit(dels, fresh, pos)
 	s.inc = inc
 	if hasCopies(s.Records(), at) {
 		return false
