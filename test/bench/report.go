@@ -56,8 +56,8 @@ func (r *report) markdown() string {
 	b.WriteString("plugin next to CoreDNS's own plugins in the same `bin/coredns`, against a real etcd, kube-apiserver\n")
 	b.WriteString("and kube-controller-manager on loopback. Absolute numbers on a shared 2-core machine drift from run to\n")
 	b.WriteString("run (dnsperf and coredns share the cores); the ratios are the result.\n\n")
-	fmt.Fprintf(&b, "Run: `make bench` (rounds %d, %v per throughput run, %d changes per scenario, %d and %d global services in the scale test), %v in all, %s.\n\n",
-		r.o.rounds, r.o.duration, r.o.changes, r.o.largeServices, r.o.services, r.elapsed.Round(time.Second), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Run: `make bench` (rounds %d, %v per throughput run, %d changes per scenario and %d per EndpointSlice update scenario, %d and %d global services in the scale test), %v in all, %s.\n\n",
+		r.o.rounds, r.o.duration, r.o.changes, r.o.compareChanges, r.o.largeServices, r.o.services, r.elapsed.Round(time.Second), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	b.WriteString("## Machine\n\n")
 	for _, m := range r.machine {
 		b.WriteString("- " + m + "\n")
