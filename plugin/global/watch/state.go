@@ -150,6 +150,17 @@ func (st *sliceTable) add(o *slice) {
 	}
 }
 
+// replace puts n, of the same name and Service as o, in o's place.
+func (st *sliceTable) replace(o, n *slice) {
+	st.byName[nameID(n.name)] = n
+	if st.first[o.service] == o {
+		st.first[o.service] = n
+		return
+	}
+	list := st.more[o.service]
+	list[slices.Index(list, o)] = n
+}
+
 func (st *sliceTable) remove(o *slice) {
 	delete(st.byName, nameID(o.name))
 	if st.first[o.service] != o {
@@ -230,6 +241,9 @@ func (s *state) apply(t *table, objs []object, dels []objectRef) {
 	}
 	for _, o := range objs {
 		m := o.objectMeta()
+		if s.update(t, o, c) {
+			continue
+		}
 		s.remove(t, m.namespace, t.key(m.name), c) // whatever it was before
 		s.put(t, o, c)
 	}
@@ -451,6 +465,30 @@ func (s *state) remove(t *table, ns string, k objectKey, c changes) {
 			c.add(sp.sliceKey(ns, t.src, o.service))
 		}
 	}
+}
+
+// update puts o, a slice, in place of the one of its name when that is of the same Service, and
+// reports whether it did: the slice keeps its place in the Service's list, which the index matches
+// a member's slices by (removed and added again, it would move to the end, and each after it one
+// place, so that a change of one slice looked like a change of half of them).
+func (s *state) update(t *table, o object, c changes) bool {
+	n, ok := o.(*slice)
+	if !ok || n.service == "" || t.kind != kindSlice || t.src == fromPodMirror {
+		return false
+	}
+	m := o.objectMeta()
+	sp := s.spaces[m.namespace]
+	if sp == nil {
+		return false
+	}
+	table := sp.sliceTable(t.src)
+	old, ok := table.byName[nameID(m.name)]
+	if !ok || old.service != n.service {
+		return false
+	}
+	table.replace(old, n)
+	c.add(sp.sliceKey(m.namespace, t.src, n.service))
+	return true
 }
 
 // put adds t's object o (whose name is not in the state), recording the global services it affects.

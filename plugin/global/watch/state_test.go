@@ -277,3 +277,39 @@ func TestProblemsReportedOncePerObject(t *testing.T) {
 		t.Errorf("deleted, objects with problems: %v", g)
 	}
 }
+
+// An updated slice keeps its place in its Service's list, which the index matches a member's
+// slices by; a slice moved to another Service, or gone and back, does not.
+func TestSliceUpdateKeepsItsPlace(t *testing.T) {
+	w, err := New(fake.NewClientset(), []string{"db"}, DefaultExportSelector) // never run
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, _, mirrorSlices := tables(w, "db")
+	must(t, services.Add(mirrorService("foo-west", nil)))
+	for i := range 5 {
+		must(t, mirrorSlices.Add(mirrorSlice(fmt.Sprintf("foo-west-%d", i), "foo-west", fmt.Sprintf("10.96.0.%d", i))))
+	}
+	m := w.Members(index.Key{Namespace: "db", Name: "foo"})[0]
+	addrs := func() []string {
+		var out []string
+		for _, sl := range w.Slices(m) {
+			out = append(out, sl.Endpoints[0].Addr().String())
+		}
+		return out
+	}
+	before := addrs()
+	for _, i := range []int{1, 0, 4} { // one of more, the first (kept apart), the last
+		must(t, mirrorSlices.Update(mirrorSlice(fmt.Sprintf("foo-west-%d", i), "foo-west", fmt.Sprintf("10.96.1.%d", i))))
+		at := slices.Index(before, fmt.Sprintf("10.96.0.%d", i))
+		before[at] = fmt.Sprintf("10.96.1.%d", i)
+		if got := addrs(); !slices.Equal(got, before) {
+			t.Fatalf("slice %d updated: %v, want %v", i, got, before)
+		}
+	}
+	// Moved to another Service: gone from this one's list.
+	must(t, mirrorSlices.Update(mirrorSlice("foo-west-2", "bar-west", "10.96.1.2")))
+	if got := addrs(); len(got) != 4 || slices.Contains(got, "10.96.0.2") {
+		t.Fatalf("slice moved away: %v", got)
+	}
+}
