@@ -417,12 +417,12 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 	var dels []int
 	drop := func(o uint32, ep *Endpoint) bool {
 		m := old.owners[o]
-		i := findRecord(all, prev.ready, Record{Endpoint: ep, Origin: &origins[m], Tier: tiers[m]}, o)
-		if i >= 0 {
+		i, r := findRecord(all, prev.ready, Record{Endpoint: ep, Origin: &origins[m], Tier: tiers[m]}, o)
+		if r != nil {
 			dels = append(dels, i)
-			count(inc.counts, prev.clusters, all.At(i), t.Local, -1)
+			count(inc.counts, prev.clusters, r, t.Local, -1)
 		}
-		return i >= 0
+		return r != nil
 	}
 	for o, sl := range old.slices {
 		switch {
@@ -499,15 +499,17 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 }
 
 // findRecord returns where in rs, a big service's records whose first ready are ready, the
-// record of slice ordinal o for probe's endpoint is; -1 when there is none.
-func findRecord(rs Records, ready int, probe Record, o uint32) int {
+// record of slice ordinal o for probe's endpoint is, and the record; -1 and nil when there is none.
+func findRecord(rs Records, ready int, probe Record, o uint32) (int, *Record) {
 	for _, span := range [2][2]int{{0, ready}, {ready, rs.Len()}} {
 		i := rs.search(span[0], span[1], func(r *Record) bool { return compareEndpoints(*r, probe) >= 0 })
-		if i < span[1] && compareEndpoints(*rs.At(i), probe) == 0 && rs.At(i).slice == o {
-			return i
+		if i < span[1] {
+			if r := rs.At(i); compareEndpoints(*r, probe) == 0 && r.slice == o {
+				return i, r
+			}
 		}
 	}
-	return -1
+	return -1, nil
 }
 
 // match returns the ordinal that each of sls, member i's slices now, had in old (-1 for a slice
@@ -565,8 +567,7 @@ const maxPairings = 16
 // renewal is a slice that replaced one of the same endpoints, in the same order.
 type renewal struct {
 	old     *Slice
-	next    *Slice
-	ordinal uint32              // the replaced slice's, which next takes over
+	ordinal uint32              // the replaced slice's, which the new one takes over
 	at      map[endpointKey]int // each endpoint's index in both, made when first needed
 	differs []bool              // by index: the endpoint changed (its record is made again)
 	changed int                 // how many did
@@ -598,7 +599,7 @@ func renew(old, next *Slice) *renewal {
 	if old.Family != next.Family || len(old.Endpoints) != len(next.Endpoints) || !slices.Equal(old.Ports, next.Ports) {
 		return nil
 	}
-	rn := &renewal{old: old, next: next, differs: make([]bool, len(old.Endpoints))}
+	rn := &renewal{old: old, differs: make([]bool, len(old.Endpoints))}
 	for i := range old.Endpoints {
 		a, b := &old.Endpoints[i], &next.Endpoints[i]
 		if a.Host != b.Host || a.addr != b.addr || a.is4 != b.is4 {
