@@ -139,11 +139,7 @@ func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *
 	topo := g.index.Topology()
 	member := map[string]string{}
 	for _, m := range svc.Members {
-		c := m.Cluster
-		if m.Local() {
-			c = topo.Local
-		}
-		member[c] = m.Namespace + "/" + m.Name
+		member[topo.ClusterOf(m)] = m.Namespace + "/" + m.Name
 	}
 	var lines []string
 	answered, leftOut := 0, 0

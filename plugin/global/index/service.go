@@ -242,10 +242,8 @@ type recordBuilder struct {
 }
 
 func (t *Topology) recordsOf(m *Member, src Source) recordBuilder {
-	rb := recordBuilder{m: m, cluster: m.Cluster}
-	if m.Local() {
-		rb.cluster = t.Local
-	} else {
+	rb := recordBuilder{m: m, cluster: t.ClusterOf(m)}
+	if !m.Local() {
 		rb.pods = newLiveness(src.PodMirrors(m))
 	}
 	rb.tier = t.Tier(rb.cluster)
@@ -408,10 +406,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 	origins := make([]Origin, len(s.Members)) // each member's cluster, for the search
 	tiers := make([]uint8, len(s.Members))
 	for i, m := range s.Members {
-		origins[i].Cluster = m.Cluster
-		if m.Local() {
-			origins[i].Cluster = t.Local
-		}
+		origins[i].Cluster = t.ClusterOf(m)
 		tiers[i] = t.Tier(origins[i].Cluster)
 	}
 	var dels []int
@@ -809,10 +804,7 @@ func (s *Service) locate(t *Topology) {
 	s.v4 = rs.search(0, s.ready, func(r *Record) bool { return !r.is4 })
 	s.clusters = make([]clusterRun, 0, len(s.Members))
 	for _, m := range s.Members {
-		c := m.Cluster
-		if m.Local() {
-			c = t.Local
-		}
+		c := t.ClusterOf(m)
 		tier := t.Tier(c)
 		s.clusters = append(s.clusters, clusterRun{name: c, a: span(rs, 0, s.v4, tier, c), aaaa: span(rs, s.v4, s.ready, tier, c)})
 	}

@@ -50,5 +50,13 @@ func (t *Topology) rank(cluster string) (uint8, string) {
 	return uint8(len(t.Keys) + 1), "none"
 }
 
+// ClusterOf returns the name of member m's cluster: this cluster's for the local Service.
+func (t *Topology) ClusterOf(m *Member) string {
+	if m.Local() {
+		return t.Local
+	}
+	return m.Cluster
+}
+
 // Zone returns the zone locality of cluster, "" when unknown.
 func (t *Topology) Zone(cluster string) string { return t.Locality[cluster][ZoneKey] }
