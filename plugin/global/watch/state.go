@@ -133,12 +133,19 @@ func (s *state) stamp(r *root) {
 // one more allocation, and a bigger map entry, per Service).
 type sliceTable struct {
 	byName map[uint64]*slice
-	first  map[string]*slice   // by Service
-	more   map[string][]*slice // by Service, when it has more than one
+	first  map[string]*slice     // by Service
+	more   map[string][]sliceRef // by Service, when it has more than one
+}
+
+// sliceRef is a slice in a Service's list, with what the index reads of it at hand: a Service of
+// many slices is read on each change of one, and its other slices are long out of the cache.
+type sliceRef struct {
+	obj   *slice
+	slice *index.Slice
 }
 
 func newSliceTable() sliceTable {
-	return sliceTable{byName: map[uint64]*slice{}, first: map[string]*slice{}, more: map[string][]*slice{}}
+	return sliceTable{byName: map[uint64]*slice{}, first: map[string]*slice{}, more: map[string][]sliceRef{}}
 }
 
 func (st *sliceTable) add(o *slice) {
@@ -146,7 +153,7 @@ func (st *sliceTable) add(o *slice) {
 	if st.first[o.service] == nil {
 		st.first[o.service] = o
 	} else {
-		st.more[o.service] = append(st.more[o.service], o)
+		st.more[o.service] = append(st.more[o.service], sliceRef{o, o.slice})
 	}
 }
 
@@ -158,13 +165,13 @@ func (st *sliceTable) replace(o, n *slice) {
 		return
 	}
 	list := st.more[o.service]
-	list[slices.Index(list, o)] = n
+	list[slices.IndexFunc(list, func(r sliceRef) bool { return r.obj == o })] = sliceRef{n, n.slice}
 }
 
 func (st *sliceTable) remove(o *slice) {
 	delete(st.byName, nameID(o.name))
 	if st.first[o.service] != o {
-		drop(st.more, o.service, o)
+		st.dropMore(o.service, o)
 		return
 	}
 	rest := st.more[o.service]
@@ -172,8 +179,18 @@ func (st *sliceTable) remove(o *slice) {
 		delete(st.first, o.service)
 		return
 	}
-	st.first[o.service] = rest[len(rest)-1]
-	drop(st.more, o.service, rest[len(rest)-1])
+	last := rest[len(rest)-1].obj
+	st.first[o.service] = last
+	st.dropMore(o.service, last)
+}
+
+func (st *sliceTable) dropMore(service string, o *slice) {
+	list := slices.DeleteFunc(st.more[service], func(r sliceRef) bool { return r.obj == o })
+	if len(list) == 0 {
+		delete(st.more, service)
+		return
+	}
+	st.more[service] = list
 }
 
 // pod is a per-pod mirror: its Service (root nil until seen) and how many of its EndpointSlices
@@ -619,9 +636,9 @@ func (s *state) slices(m *index.Member) []*index.Slice {
 		return nil
 	}
 	out := make([]*index.Slice, 0, 1+len(more))
-	for _, o := range more {
-		if o.slice != nil {
-			out = append(out, o.slice)
+	for _, r := range more {
+		if r.slice != nil {
+			out = append(out, r.slice)
 		}
 	}
 	if first.slice != nil {

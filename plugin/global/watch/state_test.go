@@ -312,4 +312,11 @@ func TestSliceUpdateKeepsItsPlace(t *testing.T) {
 	if got := addrs(); len(got) != 4 || slices.Contains(got, "10.96.0.2") {
 		t.Fatalf("slice moved away: %v", got)
 	}
+	// The first one deleted: another takes its place, and is listed once.
+	must(t, mirrorSlices.Delete(mirrorSlice("foo-west-0", "foo-west", "10.96.1.0")))
+	got := addrs()
+	slices.Sort(got)
+	if want := []string{"10.96.0.3", "10.96.1.1", "10.96.1.4"}; !slices.Equal(got, want) {
+		t.Fatalf("first slice deleted: %v, want %v", got, want)
+	}
 }
