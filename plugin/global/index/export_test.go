@@ -1,8 +1,10 @@
 package index
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
+	"unsafe"
 )
 
 // Merged reports whether svc was rebuilt by merging a change into prev (not whole).
@@ -162,13 +164,13 @@ func CheckViews(svc *Service) string {
 
 // partsRules describes how ps breaks the rules of parts; "" when it does not.
 func partsRules(ps *parts) string {
-	if len(ps.eps) != len(ps.recs) || len(ps.starts) != len(ps.recs)+1 || ps.starts[0] != 0 {
-		return fmt.Sprintf("%d parts, %d endpoint lists, %d starts", len(ps.recs), len(ps.eps), len(ps.starts))
+	if len(ps.starts) != len(ps.recs)+1 || ps.starts[0] != 0 {
+		return fmt.Sprintf("%d parts, %d starts", len(ps.recs), len(ps.starts))
 	}
 	for p, recs := range ps.recs {
 		switch n := len(recs); {
-		case n != len(ps.eps[p]) || int(ps.starts[p+1]-ps.starts[p]) != n:
-			return fmt.Sprintf("part %d: %d records, %d endpoints, starts %d", p, n, len(ps.eps[p]), ps.starts[p+1]-ps.starts[p])
+		case int(ps.starts[p+1]-ps.starts[p]) != n:
+			return fmt.Sprintf("part %d: %d records, starts %d", p, n, ps.starts[p+1]-ps.starts[p])
 		case n == 0 || p < len(ps.recs)-1 && n < partSize/4:
 			return fmt.Sprintf("part %d of %d has %d records", p, len(ps.recs), n)
 		case n > 2*partSize && !sameRun(&recs[n-2*partSize], &recs[n-1]):
@@ -176,12 +178,30 @@ func partsRules(ps *parts) string {
 		case p > 0 && sameRun(&ps.recs[p-1][len(ps.recs[p-1])-1], &recs[0]):
 			return fmt.Sprintf("parts %d and %d split the records of %s", p-1, p, recs[0].Host)
 		}
-		for i := range recs {
-			// A record points at its part's copy of its endpoint: never into a slice, which it
-			// would keep in memory once replaced.
-			if recs[i].Endpoint != &ps.eps[p][i] {
-				return fmt.Sprintf("record %+v of part %d points outside its part", *recs[i].Endpoint, p)
-			}
+	}
+	return ""
+}
+
+// PointsInto describes a record of svc, a big service, whose endpoint is in one of sls: its
+// parts hold copies, so that no record keeps a replaced slice in memory. "" when none is.
+func PointsInto(svc *Service, sls []*Slice) string {
+	if svc == nil || svc.inc == nil {
+		return ""
+	}
+	type span struct{ lo, hi uintptr } // of an array of endpoints; arrays never move
+	spans := make([]span, 0, len(sls))
+	for _, sl := range sls {
+		if n := len(sl.Endpoints); n > 0 {
+			lo := uintptr(unsafe.Pointer(&sl.Endpoints[0]))
+			spans = append(spans, span{lo, lo + uintptr(n)*unsafe.Sizeof(Endpoint{})})
+		}
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	for r := range svc.Records().All() {
+		p := uintptr(unsafe.Pointer(r.Endpoint))
+		i, _ := slices.BinarySearchFunc(spans, p, func(s span, p uintptr) int { return cmp.Compare(s.hi, p+1) })
+		if i < len(spans) && spans[i].lo <= p {
+			return fmt.Sprintf("record %+v points into a slice", *r.Endpoint)
 		}
 	}
 	return ""

@@ -24,13 +24,20 @@ func TestRebuildMatchesBuild(t *testing.T) {
 			topo := indextest.Topology()
 			prev := topo.Build(r.key, r.src)
 			merged := 0
+			var given []*index.Slice // every slice the source ever had
 			for step := range 300 {
 				what := r.change()
+				for _, m := range r.members {
+					given = append(given, r.src.Slices(m)...)
+				}
 				got, want := topo.Rebuild(prev, r.key, r.src), topo.Build(r.key, r.src)
 				if d := index.DiffServices(got, want); d != "" {
 					t.Fatalf("step %d (%s): rebuilt from the previous build, not as built whole: %s", step, what, d)
 				}
 				if d := index.CheckViews(got); d != "" {
+					t.Fatalf("step %d (%s): %s", step, what, d)
+				}
+				if d := index.PointsInto(got, given); d != "" {
 					t.Fatalf("step %d (%s): %s", step, what, d)
 				}
 				if index.Merged(prev, got) {

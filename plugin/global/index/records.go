@@ -18,14 +18,13 @@ type Records struct {
 	lo, hi int32    // int32: small to pass around, and no service has 2^31 records
 }
 
-// parts are a big service's records, in immutable parts. A part's records point at its own
-// copies of their endpoints, so that a part outlives the slices its records came from and a
+// parts are a big service's records, in immutable parts. Their records point at copies of their
+// endpoints made with the part, so that a part outlives the slices its records came from and a
 // record whose slice was replaced by an equal one need not be touched. One endpoint's records of
 // one readiness and family are never split between parts: a Target or a Host view is in one.
 type parts struct {
 	recs   [][]Record
-	eps    [][]Endpoint // eps[i] are recs[i]'s endpoints, record by record
-	starts []int32      // starts[i] is where recs[i] begins; one more: the number of records
+	starts []int32 // starts[i] is where recs[i] begins; one more: the number of records
 }
 
 // RecordsOf returns rs, records in answer order, as Records.
@@ -146,16 +145,16 @@ func (ps *parts) search(g, h int, f func(*Record) bool) int {
 }
 
 // edit returns ps without records dels (indexes, sorted) and with records ins (sorted), each
-// ins[i] before record pos[i] (len: after the last), and where each of ins is in the result. The
-// parts no record leaves or joins are shared; the others, and small neighbours, made again.
-func (ps *parts) edit(dels []int, ins []Record, pos []int) (*parts, []int) {
-	at := make([]int, len(ins))
+// ins[i] before record pos[i] (len: after the last), and sets at[i] to where ins[i] is in the
+// result. The parts no record leaves or joins are shared; the others, and small neighbours,
+// made again.
+func (ps *parts) edit(dels []int, ins []Record, pos, at []int) *parts {
 	acc := accs.Get().(*[]Record)
 	b := newPartsBuilder(int(ps.starts[len(ps.recs)]), (*acc)[:0])
 	defer func() {
 		if cap(b.acc) <= 8*partSize { // not one grown by a rare big edit
 			*acc = b.acc[:0]
-			clear((*acc)[:cap(*acc)]) // no pointers kept into parts
+			clear((*acc)[:b.used]) // no pointers kept into parts
 			accs.Put(acc)
 		}
 	}()
@@ -163,7 +162,7 @@ func (ps *parts) edit(dels []int, ins []Record, pos []int) (*parts, []int) {
 	for p, recs := range ps.recs {
 		start, end := int(ps.starts[p]), int(ps.starts[p+1])
 		if (d == len(dels) || dels[d] >= end) && (f == len(ins) || pos[f] >= end) {
-			b.share(recs, ps.eps[p])
+			b.share(recs)
 			continue
 		}
 		for g := start; g < end; {
@@ -191,7 +190,7 @@ func (ps *parts) edit(dels []int, ins []Record, pos []int) (*parts, []int) {
 		at[f] = b.len()
 		b.add(ins[f])
 	}
-	return b.done(), at
+	return b.done()
 }
 
 // part returns the part that record g is in.
@@ -212,12 +211,13 @@ func sameRun(a, b *Record) bool {
 type partsBuilder struct {
 	out  *parts
 	acc  []Record // records not yet in a part
+	used int      // the most records acc held: what to clear before reusing its array
 	made bool     // the last part is one made here, not one shared: its end was not checked
 }
 
 func newPartsBuilder(n int, acc []Record) *partsBuilder {
 	n = n/partSize + 2
-	return &partsBuilder{out: &parts{recs: make([][]Record, 0, n), eps: make([][]Endpoint, 0, n), starts: make([]int32, 1, n+1)}, acc: acc}
+	return &partsBuilder{out: &parts{recs: make([][]Record, 0, n), starts: make([]int32, 1, n+1)}, acc: acc}
 }
 
 // partsOf returns records rs, in order, in parts.
@@ -226,17 +226,17 @@ func partsOf(rs []Record) *parts { return newPartsBuilder(len(rs), rs).done() }
 // accs hold the records of parts being made again: an edit's garbage is what it keeps.
 var accs = sync.Pool{New: func() any { return new([]Record) }}
 
-// share adds p, an existing part with its endpoints, unless the records before it are too few
+// share adds p, an existing part, unless the records before it are too few
 // for a part of their own or end a run p continues: then p's records join them.
-func (b *partsBuilder) share(p []Record, eps []Endpoint) {
+func (b *partsBuilder) share(p []Record) {
 	b.reopen(&p[0], b.made) // a shared part follows another as it did: only a made one may need a look
 	if len(b.acc) > 0 && (len(b.acc) < partSize/4 || sameRun(&b.acc[len(b.acc)-1], &p[0])) {
-		b.acc = append(b.acc, p...)
+		b.push(p)
 		b.flush(false)
 		return
 	}
 	b.flush(true)
-	b.emit(p, eps)
+	b.emit(p)
 	b.made = false
 }
 
@@ -246,7 +246,7 @@ func (b *partsBuilder) add(rs ...Record) {
 		return
 	}
 	b.reopen(&rs[0], true)
-	if b.acc = append(b.acc, rs...); len(b.acc) >= 4*partSize {
+	if b.push(rs); len(b.acc) >= 4*partSize {
 		b.flush(false)
 	}
 }
@@ -259,9 +259,15 @@ func (b *partsBuilder) reopen(r *Record, run bool) {
 		return
 	}
 	if last := o.recs[len(o.recs)-1]; len(last) < partSize/4 || run && sameRun(&last[len(last)-1], r) {
-		o.recs, o.eps, o.starts = o.recs[:len(o.recs)-1], o.eps[:len(o.eps)-1], o.starts[:len(o.starts)-1]
-		b.acc = append(b.acc, last...)
+		o.recs, o.starts = o.recs[:len(o.recs)-1], o.starts[:len(o.starts)-1]
+		b.push(last)
 	}
+}
+
+// push appends rs to the records not yet in a part.
+func (b *partsBuilder) push(rs []Record) {
+	b.acc = append(b.acc, rs...)
+	b.used = max(b.used, len(b.acc))
 }
 
 // flush makes parts of the records added: all of them when all, else those that make parts
@@ -281,7 +287,7 @@ func (b *partsBuilder) flush(all bool) {
 			recs[i], eps[i] = rest[i], *rest[i].Endpoint
 			recs[i].Endpoint = &eps[i]
 		}
-		b.emit(recs, eps)
+		b.emit(recs)
 		rest, b.made = rest[n:], true
 	}
 	if len(rest) < len(b.acc) {
@@ -289,9 +295,9 @@ func (b *partsBuilder) flush(all bool) {
 	}
 }
 
-func (b *partsBuilder) emit(recs []Record, eps []Endpoint) {
+func (b *partsBuilder) emit(recs []Record) {
 	o := b.out
-	o.recs, o.eps = append(o.recs, recs), append(o.eps, eps)
+	o.recs = append(o.recs, recs)
 	o.starts = append(o.starts, o.starts[len(o.starts)-1]+int32(len(recs)))
 }
 

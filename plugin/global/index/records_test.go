@@ -55,8 +55,8 @@ func TestPartsEdit(t *testing.T) {
 				pos[i], _ = slices.BinarySearchFunc(want, ins[i], compareRecords)
 			}
 
-			var at []int
-			ps, at = ps.edit(dels, ins, pos)
+			at := make([]int, len(ins))
+			ps = ps.edit(dels, ins, pos, at)
 			kept := slices.Clone(want)
 			for i := len(dels) - 1; i >= 0; i-- {
 				kept = slices.Delete(kept, dels[i], dels[i]+1)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -305,23 +306,19 @@ type incremental struct {
 // longer big, or an endpoint is in it twice.
 func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gens []uint64) bool {
 	old := prev.inc
+	sc := scratches.Get().(*scratch)
+	defer sc.put()
 	// Members whose per-pod mirrors changed: their liveness, read once, for the records to compare
 	// and the new ones.
-	builders := make([]recordBuilder, len(s.Members))
+	builders := sc.builders.make(len(s.Members))
 	regated := false
 	for i, m := range s.Members {
 		if gens[i] != old.gens[i] {
 			builders[i], regated = t.recordsOf(m, src), true
 		}
 	}
-	fate := make([]uint8, len(old.slices)) // of each old slice: dropped unless kept or renewed
-	type added struct {
-		member, at int // at: its index in its member's slices (-1: a kept one)
-		slice      *Slice
-		renews     *renewal
-		same       bool // a kept slice, renewed for its gateway states: its warnings are made
-	}
-	var adds []added
+	fate := sc.fate.make(len(old.slices)) // of each old slice: dropped unless kept or renewed
+	adds := sc.adds.make(0)
 	order := make([][]int32, len(slicesOf)) // the new order: -1 for a slice not placed yet
 	for i, sls := range slicesOf {
 		order[i] = old.match(i, sls)
@@ -337,7 +334,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 		}
 	}
 	inc := &incremental{gens: gens, slices: slices.Clone(old.slices), owners: slices.Clone(old.owners), order: order, counts: slices.Clone(old.counts), merged: true}
-	renewals := make([]*renewal, len(old.slices))
+	renewals := sc.renewals.make(len(old.slices))
 	changed, gone := 0, 0 // records added, and dropped
 	for a := range adds {
 		add := &adds[a]
@@ -387,7 +384,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 			gone++
 		}
 	}
-	var free []uint32
+	free := sc.free.make(0)
 	for o, sl := range old.slices {
 		if sl != nil && fate[o] == dropped {
 			gone += len(sl.Endpoints)
@@ -397,19 +394,20 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 			free = append(free, uint32(o))
 		}
 	}
+	sc.free.keep(free)
 	if (changed+gone)*4 > all.Len() || all.Len()+changed-gone < incrementalMin {
 		return false
 	}
 
 	// The records that go: found by their endpoint, in either readiness (a gateway down makes a
 	// ready endpoint's record not ready).
-	origins := make([]Origin, len(s.Members)) // each member's cluster, for the search
-	tiers := make([]uint8, len(s.Members))
+	origins := sc.origins.make(len(s.Members)) // each member's cluster, for the search
+	tiers := sc.tiers.make(len(s.Members))
 	for i, m := range s.Members {
 		origins[i].Cluster = t.ClusterOf(m)
 		tiers[i] = t.Tier(origins[i].Cluster)
 	}
-	var dels []int
+	dels := sc.dels.make(0)
 	drop := func(o uint32, ep *Endpoint) bool {
 		m := old.owners[o]
 		i, r := findRecord(all, prev.ready, Record{Endpoint: ep, Origin: &origins[m], Tier: tiers[m]}, o)
@@ -439,7 +437,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 	slices.Sort(dels)
 
 	// The new records, sorted, and where each goes among the old.
-	var fresh []Record
+	fresh := sc.fresh.make(0)
 	for _, a := range adds {
 		rb := &builders[a.member]
 		if rb.m == nil {
@@ -466,37 +464,114 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 		fresh = rb.add(fresh, a.slice, o, nil, &s.Warnings)
 	}
 	slices.SortFunc(fresh, compareRecords)
-	pos := make([]int, len(fresh))
+	pos := sc.pos.make(len(fresh))
 	for i := range fresh {
 		pos[i] = all.search(0, all.Len(), func(r *Record) bool { return compareRecords(*r, fresh[i]) > 0 })
 		count(inc.counts, prev.clusters, &fresh[i], t.Local, 1)
 	}
 
-	var at []int // where each new record went
-	inc.parts, at = prev.inc.parts.edit(dels, fresh, pos)
+	sc.adds.keep(adds)
+	sc.dels.keep(dels)
+	sc.fresh.keep(fresh)
+	// Where each new record went.
+	at := sc.at.make(len(fresh))
+	inc.parts = prev.inc.parts.edit(dels, fresh, pos, at)
 	s.inc = inc
-	if hasCopies(s.Records(), at) {
-		return false
+	rs := s.Records()
+	// Only a new slice can bring a copy of an endpoint: a renewed one lists the endpoints it
+	// replaces, whose records were dropped.
+	for i := range fresh {
+		if o := fresh[i].slice; (int(o) >= len(renewals) || renewals[o] == nil) && hasCopy(rs, at[i]) {
+			return false
+		}
 	}
-	s.locate(t)
-	// Hostnames: what prev warned of, if still so, and the new ready records' own.
+	s.relocate(t, prev, dels, fresh)
+	// Hostnames: what prev warned of, if still so, and the new ready records' own: a record's
+	// addresses of its family are its neighbours.
 	for _, w := range prev.Warnings {
 		if w.Reason == ReasonDuplicateHost {
 			s.warnIfDuplicateHost(w.cluster, w.host)
 		}
 	}
 	for i := range fresh {
-		if r := &fresh[i]; r.Ready {
-			s.warnIfDuplicateHost(r.Cluster, r.Host)
+		if r := &fresh[i]; r.Ready && (at[i] > 0 && sameRun(rs.At(at[i]-1), r) || at[i]+1 < rs.Len() && sameRun(rs.At(at[i]+1), r)) {
+			s.warnDuplicateHost(r.Cluster, r.Host)
 		}
 	}
 	return true
 }
 
+// added is a slice that an update adds records of.
+type added struct {
+	member, at int // at: its index in its member's slices (-1: a kept one)
+	slice      *Slice
+	renews     *renewal
+	same       bool // a kept slice, renewed for its gateway states: its warnings are made
+}
+
+// scratch is an update's working memory, kept for the next update: a big service's update runs
+// cold (its records were last touched a change ago), and there a fresh allocation tends to take
+// the allocator's slow path. Only what the new service keeps is allocated.
+type scratch struct {
+	builders buffer[recordBuilder]
+	fate     buffer[uint8]
+	adds     buffer[added]
+	renewals buffer[*renewal]
+	free     buffer[uint32]
+	origins  buffer[Origin]
+	tiers    buffer[uint8]
+	dels     buffer[int]
+	fresh    buffer[Record]
+	pos, at  buffer[int]
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// put returns sc to the pool, holding no pointer into services or slices.
+func (sc *scratch) put() {
+	sc.builders.clear()
+	sc.adds.clear()
+	sc.renewals.clear()
+	sc.origins.clear()
+	sc.fresh.clear()
+	scratches.Put(sc)
+}
+
+// buffer is one array of a scratch.
+type buffer[T any] struct{ a []T }
+
+// make returns the array with n zero elements (and room to append).
+func (b *buffer[T]) make(n int) []T {
+	if cap(b.a) < n {
+		b.a = make([]T, n, max(n, 2*cap(b.a)))
+		return b.a
+	}
+	b.a = b.a[:n]
+	clear(b.a)
+	return b.a
+}
+
+// keep takes back the array after appends that may have grown it.
+func (b *buffer[T]) keep(a []T) { b.a = a }
+
+// clear zeroes the array's whole capacity, so that it holds no pointer, and drops one that a
+// rare big update grew past what updates need.
+func (b *buffer[T]) clear() {
+	if cap(b.a) > 4096 {
+		b.a = nil
+		return
+	}
+	clear(b.a[:cap(b.a)])
+}
+
 // findRecord returns where in rs, a big service's records whose first ready are ready, the
 // record of slice ordinal o for probe's endpoint is, and the record; -1 and nil when there is none.
 func findRecord(rs Records, ready int, probe Record, o uint32) (int, *Record) {
-	for _, span := range [2][2]int{{0, ready}, {ready, rs.Len()}} {
+	spans := [][2]int{{0, ready}, {ready, rs.Len()}}
+	if !probe.Ready { // never a ready record: only a ready endpoint's gateway can make it not ready
+		spans = spans[1:]
+	}
+	for _, span := range spans {
 		i := rs.search(span[0], span[1], func(r *Record) bool { return compareEndpoints(*r, probe) >= 0 })
 		if i < span[1] {
 			if r := rs.At(i); compareEndpoints(*r, probe) == 0 && r.slice == o {
@@ -625,22 +700,17 @@ func (s *Service) warnIfDuplicateHost(cluster, host string) {
 	}
 }
 
-// hasCopies reports whether a record at one of the indexes at of sorted rs has another copy in
-// rs, of either readiness: what dedupe would drop. A copy of the same readiness is a neighbour.
-func hasCopies(rs Records, at []int) bool {
+// hasCopy reports whether the record at index i of sorted rs has another copy in rs, of either
+// readiness: what dedupe would drop. A copy of the same readiness is a neighbour.
+func hasCopy(rs Records, i int) bool {
 	n := rs.Len()
-	for _, i := range at {
-		r := rs.At(i)
-		if i > 0 && compareRecords(*rs.At(i - 1), *r) == 0 || i+1 < n && compareRecords(*rs.At(i + 1), *r) == 0 {
-			return true
-		}
-		other := !r.Ready
-		j := rs.search(0, n, func(x *Record) bool { return cmp.Or(trueFirst(x.Ready, other), compareEndpoints(*x, *r)) >= 0 })
-		if j < n && rs.At(j).Ready == other && compareEndpoints(*rs.At(j), *r) == 0 {
-			return true
-		}
+	r := rs.At(i)
+	if i > 0 && compareRecords(*rs.At(i - 1), *r) == 0 || i+1 < n && compareRecords(*rs.At(i + 1), *r) == 0 {
+		return true
 	}
-	return false
+	other := !r.Ready
+	j := rs.search(0, n, func(x *Record) bool { return cmp.Or(trueFirst(x.Ready, other), compareEndpoints(*x, *r)) >= 0 })
+	return j < n && rs.At(j).Ready == other && compareEndpoints(*rs.At(j), *r) == 0
 }
 
 // countRecords counts s's records by member cluster (as s.clusters) and state.
@@ -808,6 +878,63 @@ func (s *Service) locate(t *Topology) {
 		tier := t.Tier(c)
 		s.clusters = append(s.clusters, clusterRun{name: c, a: span(rs, 0, s.v4, tier, c), aaaa: span(rs, s.v4, s.ready, tier, c)})
 	}
+}
+
+// relocate sets s's views from prev's, which s is made from by deleting prev's records dels
+// (indexes, sorted) and inserting fresh: a view's bound is where a key would go in the sorted
+// records, so it moves by the deleted records before it and the inserted ones that sort before
+// it. No record is read but the fresh ones: a big service's are mostly out of the cache by now.
+func (s *Service) relocate(t *Topology, prev *Service, dels []int, fresh []Record) {
+	shift := func(at int32, b bound) int32 {
+		n := int(at) - sort.SearchInts(dels, int(at))
+		for i := range fresh {
+			if b.above(&fresh[i]) {
+				n++
+			}
+		}
+		return int32(n)
+	}
+	s.v4 = int(shift(int32(prev.v4), bound{four: true, last: true}))
+	s.ready = int(shift(int32(prev.ready), bound{last: true}))
+	s.clusters = slices.Clone(prev.clusters)
+	for i := range s.clusters {
+		c := &s.clusters[i]
+		b := bound{tier: t.Tier(c.name), cluster: c.name}
+		for _, four := range [2]bool{true, false} {
+			run := &c.aaaa
+			if b.four = four; four {
+				run = &c.a
+			}
+			b.end = false
+			run[0] = shift(run[0], b)
+			b.end = true
+			run[1] = shift(run[1], b)
+		}
+	}
+}
+
+// bound is a bound of a view in a service's records: in the ready records of one family, at the
+// start or the end of the run of one cluster (of tier), or after them all (last).
+type bound struct {
+	four    bool // IPv4, else IPv6
+	tier    uint8
+	cluster string
+	end     bool
+	last    bool
+}
+
+// above reports whether r sorts before b.
+func (b bound) above(r *Record) bool {
+	switch {
+	case !r.Ready:
+		return false
+	case r.is4 != b.four:
+		return r.is4 // every ready IPv4 record sorts before the IPv6 ones
+	case b.last:
+		return true
+	}
+	k := cmp.Or(cmp.Compare(r.Tier, b.tier), strings.Compare(r.Cluster, b.cluster))
+	return k < 0 || b.end && k == 0
 }
 
 // warnDuplicateHosts warns of each endpoint in v that has several addresses of one family.
