@@ -206,3 +206,40 @@ func PointsInto(svc *Service, sls []*Slice) string {
 	}
 	return ""
 }
+
+// CheckChanges describes how gone and came, what Changes said of prev and next, are not what
+// changed: prev without gone and with came must be next, record by record and everything a
+// reader sees of each, and no record may be in both (it did not change). "" when they are.
+func CheckChanges(prev, next *Service, gone, came []Record) string {
+	key := func(r *Record) string {
+		return fmt.Sprintf("%v %v %d %s %s %x %v %v %v %+v %v", r.Ready, r.is4, r.Tier, r.Cluster, r.Host, r.addr, r.Serving, r.Terminating, r.Gateway, r.Local, r.Ports)
+	}
+	count := map[string]int{}
+	for r := range prev.Records().All() {
+		count[key(r)]++
+	}
+	in := map[string]bool{}
+	for i := range gone {
+		k := key(&gone[i])
+		if count[k]--; count[k] < 0 {
+			return fmt.Sprintf("gone %s, which prev has not", k)
+		}
+		in[k] = true
+	}
+	for i := range came {
+		k := key(&came[i])
+		if in[k] {
+			return fmt.Sprintf("%s both gone and came", k)
+		}
+		count[k]++
+	}
+	for r := range next.Records().All() {
+		count[key(r)]--
+	}
+	for k, n := range count {
+		if n != 0 {
+			return fmt.Sprintf("%s: %+d records against next", k, n)
+		}
+	}
+	return ""
+}

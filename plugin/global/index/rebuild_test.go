@@ -23,7 +23,7 @@ func TestRebuildMatchesBuild(t *testing.T) {
 			r := newRandomService(rng)
 			topo := indextest.Topology()
 			prev := topo.Build(r.key, r.src)
-			merged := 0
+			merged, told := 0, 0
 			var given []*index.Slice // every slice the source ever had
 			for step := range 300 {
 				what := r.change()
@@ -43,11 +43,19 @@ func TestRebuildMatchesBuild(t *testing.T) {
 				if index.Merged(prev, got) {
 					merged++
 				}
+				if gone, came, ok := index.Changes(prev, got); ok {
+					if d := index.CheckChanges(prev, got, gone, came); d != "" {
+						t.Fatalf("step %d (%s): changes: %s", step, what, d)
+					}
+					told++
+				} else if index.Merged(prev, got) {
+					t.Fatalf("step %d (%s): merged, but its changes not told", step, what)
+				}
 				prev = got
 			}
 			// The merge must have been what was tested, most of the time.
-			if merged < 150 {
-				t.Fatalf("only %d of 300 rebuilds merged", merged)
+			if merged < 150 || told < merged {
+				t.Fatalf("only %d of 300 rebuilds merged, %d changes told", merged, told)
 			}
 		})
 	}
@@ -179,6 +187,13 @@ func (r *randomService) change() string {
 		sls = append(sls, &index.Slice{Family: from.Family, Ports: from.Ports, Endpoints: []index.Endpoint{e}})
 		r.src.SetSlices(m, sls...)
 		return "a duplicate hostname"
+	case op < 74 && m.Local() && len(sls) > 0: // a local slice's port changes: its records' ports
+		i := pick()
+		sl := *sls[i]
+		sl.Ports = []index.Port{{Name: "db", Port: sl.Ports[0].Port + 1, Protocol: "TCP"}}
+		sls[i] = &sl
+		r.src.SetSlices(m, sls...)
+		return "a port changes"
 	case op < 80 && len(sls) > 1: // a slice goes
 		i := pick()
 		r.src.SetSlices(m, slices.Delete(sls, i, i+1)...)
@@ -199,7 +214,7 @@ func (r *randomService) change() string {
 		p.Ready = !p.Ready
 		r.src.SetPodMirrors(m, pods...)
 		return "one per-pod mirror"
-	case op < 96 && len(r.members) > 1: // a member goes
+	case op < 96 && len(r.members) > 2: // a member goes (two stay: the service stays big enough to merge)
 		i := r.rng.IntN(len(r.members))
 		r.src.Remove(r.key, r.members[i])
 		r.members = slices.Delete(r.members, i, i+1)
