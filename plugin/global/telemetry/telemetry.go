@@ -99,6 +99,14 @@ var (
 		Name:      "writer_syncs_total",
 		Help:      "Reconciliations of one global service's Service and EndpointSlices, by result (success, error, stale, conflict).",
 	}, []string{"result"})
+	// WriterSliceSyncs tells how a big service's slices are kept written: from its changes, or
+	// (first, and whenever something else moved) from its whole state.
+	WriterSliceSyncs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "writer_slice_syncs_total",
+		Help:      "Syncs of one global service's EndpointSlices (its -global or its MCS ones), by what they were made from: changes (since the last sync of a big service) or whole (the service's whole state).",
+	}, []string{"from"})
 	// WriterSyncDuration is how long one reconciliation takes.
 	WriterSyncDuration = promauto.NewHistogram(prometheus.HistogramOpts{
 		Namespace:                   plugin.Namespace,

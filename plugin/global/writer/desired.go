@@ -112,10 +112,9 @@ func SliceSelector(owner string) string {
 
 // desiredEndpoints returns every endpoint of s, ready or not, by group. The -global slices name an
 // endpoint <host>-<cluster> (unique in one Service); the MCS slices, whose names are
-// <host>.<cluster>.<svc>..., keep the host as it is.
-func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[group][]endpoint {
+// <host>.<cluster>.<svc>..., keep the host as it is. names are the -global hostnames (nil for MCS).
+func desiredEndpoints(s *index.Service, topo *index.Topology, names map[clusterHost]string) map[group][]endpoint {
 	rs := s.Records()
-	names := hostnames(rs)
 	out := map[group][]endpoint{}
 	// Each group's list made at its size: appended to, it would be copied a dozen times.
 	sizes := map[group]int{}
@@ -125,55 +124,70 @@ func desiredEndpoints(s *index.Service, topo *index.Topology, mcs bool) map[grou
 	for g, n := range sizes {
 		out[g] = make([]endpoint, 0, n)
 	}
-	// What records share is made once and shared: a sync of a big service is one of these per
-	// endpoint, and the endpoints are only read (compared with the API's and sent to it).
-	var origin *index.Origin
-	var ports []discoveryv1.EndpointPort
-	var portsKey string
-	zones := map[string]*string{}
+	d := newDesire(topo, s.Namespace)
 	// Every endpoint's address list and hostname, two allocations, not two per endpoint.
 	addrs, hns := make([]string, rs.Len()), make([]string, rs.Len())
 	i := -1
 	for r := range rs.All() {
 		i++
+		hns[i] = r.Host
+		if names != nil {
+			hns[i] = names[clusterHost{r.Cluster, r.Host}]
+		}
+		addrs[i] = r.Addr().String()
 		g := groupOf(r)
-		hn := names[clusterHost{r.Cluster, r.Host}]
-		if mcs {
-			hn = r.Host
-		}
-		zone, ok := zones[r.Cluster]
-		if !ok {
-			zone = nonEmpty(topo.Zone(r.Cluster))
-			zones[r.Cluster] = zone
-		}
-		addr := r.Addr().String()
-		addrs[i], hns[i] = addr, hn
-		e := endpoint{
-			id: hn + "/" + addr,
-			ep: discoveryv1.Endpoint{
-				Addresses:  addrs[i : i+1 : i+1],
-				Conditions: discoveryv1.EndpointConditions{Ready: boolPtr(r.Ready), Serving: boolPtr(r.Serving), Terminating: boolPtr(r.Terminating)},
-				Hostname:   &hns[i],
-				// A mirrored endpoint is in its cluster's zone; a local pod, in its node's.
-				Zone: zone,
-			},
-		}
-		// Node and pod only exist in this cluster.
-		if r.Cluster == topo.Local && r.Local != nil {
-			e.ep.Zone = nonEmpty(r.Local.Zone)
-			e.ep.NodeName = nonEmpty(r.Local.NodeName)
-			if r.Local.Pod != "" {
-				e.ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.Namespace, Name: r.Local.Pod}
-			}
-		}
-		if r.Origin != origin {
-			origin = r.Origin
-			ports, portsKey = slicePorts(r.Ports)
-		}
-		e.ports, e.portsKey = ports, portsKey
-		out[g] = append(out[g], e)
+		out[g] = append(out[g], d.endpoint(r, addrs[i:i+1:i+1], &hns[i]))
 	}
 	return out
+}
+
+// desire makes the desired endpoints of one service's records. What records share is made once
+// and shared: a sync of a big service is one of these per endpoint, and the endpoints are only
+// read (compared with the API's and sent to it).
+type desire struct {
+	topo     *index.Topology
+	ns       string
+	zones    map[string]*string // by cluster
+	origin   *index.Origin
+	ports    []discoveryv1.EndpointPort
+	portsKey string
+}
+
+func newDesire(topo *index.Topology, ns string) *desire {
+	return &desire{topo: topo, ns: ns, zones: map[string]*string{}}
+}
+
+// endpoint is r's desired endpoint, of address list addrs and hostname.
+func (d *desire) endpoint(r *index.Record, addrs []string, hostname *string) endpoint {
+	zone, ok := d.zones[r.Cluster]
+	if !ok {
+		zone = nonEmpty(d.topo.Zone(r.Cluster))
+		d.zones[r.Cluster] = zone
+	}
+	e := endpoint{
+		id: *hostname + "/" + addrs[0],
+		ep: discoveryv1.Endpoint{
+			Addresses:  addrs,
+			Conditions: discoveryv1.EndpointConditions{Ready: boolPtr(r.Ready), Serving: boolPtr(r.Serving), Terminating: boolPtr(r.Terminating)},
+			Hostname:   hostname,
+			// A mirrored endpoint is in its cluster's zone; a local pod, in its node's.
+			Zone: zone,
+		},
+	}
+	// Node and pod only exist in this cluster.
+	if r.Cluster == d.topo.Local && r.Local != nil {
+		e.ep.Zone = nonEmpty(r.Local.Zone)
+		e.ep.NodeName = nonEmpty(r.Local.NodeName)
+		if r.Local.Pod != "" {
+			e.ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: d.ns, Name: r.Local.Pod}
+		}
+	}
+	if r.Origin != d.origin {
+		d.origin = r.Origin
+		d.ports, d.portsKey = slicePorts(r.Ports)
+	}
+	e.ports, e.portsKey = d.ports, d.portsKey
+	return e
 }
 
 // groupOf is the group of slices of r: its cluster and family.
@@ -312,9 +326,7 @@ func place(want []endpoint, current map[int][]string, currentPorts map[int]strin
 	for _, e := range byID {
 		rest = append(rest, e)
 	}
-	slices.SortFunc(rest, func(a, b *endpoint) int {
-		return cmp.Or(cmp.Compare(a.portsKey, b.portsKey), cmp.Compare(a.id, b.id))
-	})
+	slices.SortFunc(rest, compareRest)
 	for _, e := range rest {
 		i := slices.IndexFunc(out, func(p placed) bool { return p.portsKey == e.portsKey && len(p.endpoints) < max })
 		if i < 0 {
@@ -330,6 +342,11 @@ func place(want []endpoint, current map[int][]string, currentPorts map[int]strin
 	}
 	// Empty slices are deleted: drop them from the desired set.
 	return slices.DeleteFunc(out, func(p placed) bool { return len(p.endpoints) == 0 })
+}
+
+// compareRest orders the endpoints that no slice holds, as they fill slices.
+func compareRest(a, b *endpoint) int {
+	return cmp.Or(cmp.Compare(a.portsKey, b.portsKey), cmp.Compare(a.id, b.id))
 }
 
 func nextFree(ps []placed) int {

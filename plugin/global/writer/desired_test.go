@@ -160,7 +160,7 @@ func TestDesired(t *testing.T) {
 		t.Errorf("labels %v", svc.Labels)
 	}
 
-	eps := desiredEndpoints(s, indextest.Topology(), false)
+	eps := desiredEndpoints(s, indextest.Topology(), hostnames(s.Records()))
 	east := eps[group{"east", discoveryv1.AddressTypeIPv4}]
 	west := eps[group{"west", discoveryv1.AddressTypeIPv4}]
 	if len(east) != 1 || len(west) != 1 || len(eps) != 2 {
@@ -217,7 +217,7 @@ func BenchmarkDesiredEndpoints(b *testing.B) {
 	svc := topo.Build(k, src)
 	b.ReportAllocs()
 	for b.Loop() {
-		if n := len(desiredEndpoints(svc, topo, false)); n != 1 {
+		if n := len(desiredEndpoints(svc, topo, hostnames(svc.Records()))); n != 1 {
 			b.Fatal(n)
 		}
 	}
@@ -236,7 +236,8 @@ func BenchmarkPlace(b *testing.B) {
 	src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, indextest.Slice(ports, eps...))
 	topo := indextest.Topology()
 	var want []endpoint
-	for _, w := range desiredEndpoints(topo.Build(k, src), topo, false) {
+	svc := topo.Build(k, src)
+	for _, w := range desiredEndpoints(svc, topo, hostnames(svc.Records())) {
 		want = w
 	}
 	current, currentPorts := map[int][]string{}, map[int]string{}

@@ -83,7 +83,7 @@ func mcsSet(k index.Key, si *mcsv1alpha1.ServiceImport, owner string) sliceSet {
 	labels[discoveryv1.LabelManagedBy] = ControllerName
 	labels[mcsv1alpha1.LabelServiceName] = k.Name
 	return sliceSet{
-		namespace: k.Namespace, prefix: k.Name + MCSSuffix, labels: labels,
+		namespace: k.Namespace, prefix: k.Name + MCSSuffix, hosts: true, labels: labels,
 		clusterLabels: []string{LabelCluster, mcsv1alpha1.LabelSourceCluster},
 		// The garbage collector deletes them with the ServiceImport.
 		owner: metav1.OwnerReference{APIVersion: mcsv1alpha1.GroupVersion.String(), Kind: mcsv1alpha1.ServiceImportKindName,
@@ -121,7 +121,7 @@ func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service,
 	if err != nil {
 		return err
 	}
-	if err := r.syncSlices(ctx, k, mcsSet(k, si, r.cfg.Owner), desiredEndpoints(s, r.cfg.Topology, true), have.slices); err != nil {
+	if err := r.syncSlices(ctx, k, mcsSet(k, si, r.cfg.Owner), s, have.slices); err != nil {
 		return err
 	}
 	if err := r.deleteAll(ctx, k, obsolete); err != nil {

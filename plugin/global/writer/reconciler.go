@@ -68,6 +68,7 @@ type reconciler struct {
 	store     *store
 	tracker   *tracker
 	conflicts *conflicts
+	plans     plans
 	// terminating holds the namespaces whose creates were refused as terminating, so that each
 	// is logged once, until a create there succeeds.
 	terminating sync.Map
@@ -125,6 +126,8 @@ func (r *reconciler) sync(ctx context.Context, k index.Key, s *index.Service) er
 	}
 	if s == nil {
 		r.conflicts.clear(k, "")
+		r.plans.take(planKey{k, blocksGlobal})
+		r.plans.take(planKey{k, blocksMCS})
 		return errors.Join(r.deleteAll(ctx, k, all), r.deleteAll(ctx, k, mcs))
 	}
 	return errors.Join(r.syncGlobal(ctx, k, s, name, all), r.syncMCS(ctx, k, s, mcs))
@@ -143,7 +146,7 @@ func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Servi
 	if err != nil {
 		return err
 	}
-	if err := r.syncSlices(ctx, k, globalSet(k, svc, r.cfg.Owner), desiredEndpoints(s, r.cfg.Topology, false), haveSlices); err != nil {
+	if err := r.syncSlices(ctx, k, globalSet(k, svc, r.cfg.Owner), s, haveSlices); err != nil {
 		return err
 	}
 	// Last, so that the new objects are in place before the old ones go.
@@ -251,9 +254,33 @@ func serviceUpToDate(have, want *corev1.Service) bool {
 	return true
 }
 
-// syncSlices writes the slices of set for every group: creates and updates first, deletions last,
-// so an endpoint moving between slices is never missing.
-func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, want map[group][]endpoint, have []*discoveryv1.EndpointSlice) error {
+// syncSlices writes the slices of set for every group of s: creates and updates first, deletions
+// last, so an endpoint moving between slices is never missing. A big service's sync leaves a plan,
+// from which the next one writes what changed only (see plan).
+func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, s *index.Service, have []*discoveryv1.EndpointSlice) error {
+	key := planKey{k, set.blocks}
+	if p := r.plans.take(key); p != nil {
+		if done, err := r.syncPlan(ctx, k, set, s, have, p); done {
+			telemetry.WriterSliceSyncs.WithLabelValues("changes").Inc()
+			if err == nil {
+				r.plans.put(key, p)
+			}
+			return err
+		}
+	}
+	telemetry.WriterSliceSyncs.WithLabelValues("whole").Inc()
+	var names map[clusterHost]string
+	if !set.hosts {
+		names = hostnames(s.Records())
+	}
+	want := desiredEndpoints(s, r.cfg.Topology, names)
+	var p *plan
+	if s.Big() {
+		p = newPlan(s, set.owner.UID, nil)
+		if names != nil {
+			p.names = exceptions(names)
+		}
+	}
 	byGroup := map[group]map[int]*discoveryv1.EndpointSlice{}
 	var obsolete []*discoveryv1.EndpointSlice
 	for _, es := range have {
@@ -274,9 +301,7 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, 
 			groups = append(groups, g)
 		}
 	}
-	slices.SortFunc(groups, func(a, b group) int {
-		return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.family, b.family))
-	})
+	slices.SortFunc(groups, compareGroups)
 
 	var errs []error
 	for _, g := range groups {
@@ -285,14 +310,18 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, 
 		for i, es := range cur {
 			ids[i], portsKeys[i] = endpointIDs(es), portsKey(es.Ports)
 		}
-		for _, p := range place(want[g], ids, portsKeys, r.cfg.MaxEndpoints) {
-			desired := set.slice(g, p)
-			if have, ok := cur[p.index]; ok {
-				delete(cur, p.index)
-				errs = append(errs, r.updateSlice(ctx, have, desired))
-			} else {
-				errs = append(errs, r.createSlice(ctx, k, set.blocks, desired))
+		placed := place(want[g], ids, portsKeys, r.cfg.MaxEndpoints)
+		for _, pl := range placed {
+			desired := set.slice(g, pl)
+			rv, err := r.writeSlice(ctx, k, set, cur[pl.index], desired)
+			delete(cur, pl.index)
+			errs = append(errs, err)
+			if p != nil {
+				p.written[desired.Name] = rv
 			}
+		}
+		if p != nil && len(placed) > 0 {
+			p.add(g, placed)
 		}
 		for _, es := range cur {
 			obsolete = append(obsolete, es)
@@ -304,13 +333,25 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, 
 	for _, es := range obsolete {
 		errs = append(errs, r.deleteSlice(ctx, es))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if p != nil {
+		r.plans.put(key, p)
+	}
+	return nil
+}
+
+// compareGroups orders groups by cluster and family.
+func compareGroups(a, b group) int {
+	return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.family, b.family))
 }
 
 // sliceSet is one set of slices written for a global service: the -global Service's or, with
 // serviceimports on, the ServiceImport's. Slices are named <prefix>-<cluster>-<family>-<i>.
 type sliceSet struct {
 	namespace, prefix string
+	hosts             bool              // endpoint hostnames are the hosts' own (MCS), not <host>-<cluster>
 	labels            map[string]string // besides the cluster's
 	clusterLabels     []string          // labels whose value is the slice's member cluster
 	owner             metav1.OwnerReference
@@ -351,35 +392,45 @@ func (set sliceSet) slice(g group, p placed) *discoveryv1.EndpointSlice {
 	}
 }
 
-func (r *reconciler) createSlice(ctx context.Context, k index.Key, blocks string, want *discoveryv1.EndpointSlice) error {
+// writeSlice makes want of have (nil: creates it) and returns the slice's resourceVersion then.
+func (r *reconciler) writeSlice(ctx context.Context, k index.Key, set sliceSet, have, want *discoveryv1.EndpointSlice) (string, error) {
+	if have != nil {
+		return r.updateSlice(ctx, have, want)
+	}
+	return r.createSlice(ctx, k, set.blocks, want)
+}
+
+func (r *reconciler) createSlice(ctx context.Context, k index.Key, blocks string, want *discoveryv1.EndpointSlice) (string, error) {
 	api := r.client.DiscoveryV1().EndpointSlices(want.Namespace)
 	created, err := api.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return r.alreadyExists(ctx, k, blocks, func() (metav1.Object, error) {
+		return "", r.alreadyExists(ctx, k, blocks, func() (metav1.Object, error) {
 			return api.Get(ctx, want.Name, metav1.GetOptions{})
 		})
 	}
-	if err == nil {
-		r.tracker.wrote(created)
+	if err != nil {
+		return "", r.createdIn(want.Namespace, err)
 	}
-	return r.createdIn(want.Namespace, err)
+	r.tracker.wrote(created)
+	return created.ResourceVersion, r.createdIn(want.Namespace, nil)
 }
 
 // updateSlice writes want over have when they differ, with have's resourceVersion: a concurrent
 // writer's change makes it fail (and retry from fresh state) instead of being overwritten.
-func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.EndpointSlice) error {
+func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.EndpointSlice) (string, error) {
 	if sliceUpToDate(have, want) {
-		return nil
+		return have.ResourceVersion, nil
 	}
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	upd.OwnerReferences = want.OwnerReferences
 	upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
 	updated, err := r.client.DiscoveryV1().EndpointSlices(have.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
-	if err == nil {
-		r.tracker.wrote(updated)
+	if err != nil {
+		return "", r.updated(err)
 	}
-	return r.updated(err)
+	r.tracker.wrote(updated)
+	return updated.ResourceVersion, r.updated(nil)
 }
 
 func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSlice) error {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -28,6 +30,21 @@ const testOwner = "kube-system.coredns-global-writer"
 
 func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 	client := fake.NewClientset(objs...)
+	// The API gives every write a new resourceVersion; client-go's fake keeps the object's.
+	var version atomic.Int64
+	client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var obj runtime.Object
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			obj = a.GetObject()
+		case k8stesting.UpdateAction:
+			obj = a.GetObject()
+		}
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetResourceVersion(strconv.FormatInt(version.Add(1), 10))
+		}
+		return false, nil, nil
+	})
 	st := newStore(client, nil, nil, testOwner)
 	// The store holds what its label selectors would let in.
 	for _, o := range objs {

@@ -216,6 +216,7 @@ func (w *Writer) Run(ctx context.Context) {
 		return
 	}
 
+	w.rec.plans.reset() // what the last term wrote may have been rewritten since
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[index.Key](),
 		workqueue.TypedRateLimitingQueueConfig[index.Key]{Name: telemetry.Plugin})
 	w.queue.Store(&q)

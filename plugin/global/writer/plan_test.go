@@ -1,0 +1,436 @@
+package writer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/index/indextest"
+	"github.com/globaldns/global/plugin/global/telemetry"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+// TestPlanMatchesWholeSync changes a big global service at random (readiness, addresses, pods
+// moving, per-pod mirrors going down, ports, endpoints coming and going, a hostname shared by two
+// clusters) and syncs it after each change as the writer does, from its plan when it may; and a
+// second writer, on an API of its own, syncs it whole each time. After every change both APIs
+// must hold the same slices, endpoint for endpoint and in the same order: what the changes wrote
+// is what a whole sync writes. A change of one endpoint's readiness must write one slice at most,
+// and most syncs must be made from the plan. With serviceimports on, the MCS slices too.
+func TestPlanMatchesWholeSync(t *testing.T) {
+	for _, mcs := range []bool{false, true} {
+		for seed := range uint64(4) {
+			t.Run(fmt.Sprintf("mcs=%v/seed=%d", mcs, seed), func(t *testing.T) {
+				newR := newTestReconciler
+				if mcs {
+					newR = func(...runtime.Object) (*reconciler, *fake.Clientset) {
+						r, _ := newMCSReconciler(t)
+						return r, r.client.(*fake.Clientset)
+					}
+				}
+				r, client := newR()
+				whole, wholeClient := newR()
+				// Slices of 20: groups of several slices, with room in more than one.
+				r.cfg.MaxEndpoints, whole.cfg.MaxEndpoints = 20, 20
+				b := newBigService(rand.New(rand.NewPCG(seed, 2)))
+				topo := indextest.Topology()
+				topo.Locality["0-west"] = map[string]string{index.ZoneKey: "z7"}
+				svc := topo.Build(b.key, b.src)
+				ctx := context.Background()
+				sync := func(r *reconciler, client *fake.Clientset) {
+					t.Helper()
+					if err := r.sync(ctx, b.key, svc); err != nil {
+						t.Fatal(err)
+					}
+					echo(t, r, client, mcs)
+				}
+				sync(r, client)
+				fromChanges := 0
+				for step := range 150 {
+					what, most := b.change()
+					if step%17 == 5 { // someone else edits one of the slices: undone by a whole sync
+						foreignEdit(t, client)
+						echo(t, r, client, mcs)
+						what, most = what+", and someone's edit", 0
+					}
+					svc = topo.Rebuild(svc, b.key, b.src)
+					if !svc.Big() {
+						t.Fatalf("step %d (%s): the service is no longer big", step, what)
+					}
+					before, written := testutil.ToFloat64(telemetry.WriterSliceSyncs.WithLabelValues("changes")), writes(client)
+					sync(r, client)
+					if testutil.ToFloat64(telemetry.WriterSliceSyncs.WithLabelValues("changes")) > before {
+						fromChanges++
+						if n := writes(client) - written; most > 0 && n > most*(1+btoi(mcs)) {
+							t.Errorf("step %d (%s): %d writes, want at most %d slices per set", step, what, n, most)
+						}
+					}
+					for _, set := range []string{blocksGlobal, blocksMCS} {
+						if p := r.plans.m[planKey{b.key, set}]; p != nil {
+							if d := planRules(p); d != "" {
+								t.Fatalf("step %d (%s): the %s plan: %s", step, what, set, d)
+							}
+						}
+					}
+					whole.plans.reset()
+					sync(whole, wholeClient)
+					if d := sameSlices(t, client, wholeClient); d != "" {
+						t.Fatalf("step %d (%s): written from changes, not as written whole: %s", step, what, d)
+					}
+				}
+				// Of 150 changes, about one in six brings or takes a hostname: those are whole.
+				if fromChanges < 100 {
+					t.Errorf("%d syncs of 150 made from changes", fromChanges)
+				}
+			})
+		}
+	}
+}
+
+// planRules describes how p breaks its rules: each group's slices by index, none empty, and
+// where each endpoint is known; "" when it does not.
+func planRules(p *plan) string {
+	for g, gp := range p.groups {
+		n := 0
+		for i, sl := range gp.slices {
+			if i > 0 && gp.slices[i-1].index >= sl.index || len(sl.endpoints) == 0 {
+				return fmt.Sprintf("%v: slice %d of %d", g, i, len(gp.slices))
+			}
+			for j := range sl.endpoints {
+				if at, ok := gp.at[idOf(&sl.endpoints[j])]; !ok || at != sl.index {
+					return fmt.Sprintf("%v: %v in slice %d, known in %d (%v)", g, idOf(&sl.endpoints[j]), sl.index, at, ok)
+				}
+				n++
+			}
+		}
+		if len(gp.at) != n {
+			return fmt.Sprintf("%v: %d endpoints known, %d in slices", g, len(gp.at), n)
+		}
+	}
+	return ""
+}
+
+// TestPlanApply places what changed as place would from the written slices: an endpoint whose
+// conditions changed stays where it is; a new one goes to the first slice with room and its
+// ports, then to the first emptied, then to a new slice of the lowest free index.
+func TestPlanApply(t *testing.T) {
+	g := group{"west", discoveryv1.AddressTypeIPv4}
+	ep := func(host string, ready bool) endpoint {
+		hn, addr := host+"-west", "10.0.0."+host[1:]
+		return endpoint{id: hn + "/" + addr, portsKey: "db/5432/TCP,", ep: discoveryv1.Endpoint{Addresses: []string{addr}, Hostname: &hn, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}}
+	}
+	// Slices 0 and 2 (1 was deleted), of 2 endpoints at most.
+	p := newPlan(nil, "", map[clusterHost]string{})
+	p.add(g, []placed{
+		{index: 2, portsKey: "db/5432/TCP,", endpoints: []discoveryv1.Endpoint{ep("h3", true).ep, ep("h4", true).ep}},
+		{index: 0, portsKey: "db/5432/TCP,", endpoints: []discoveryv1.Endpoint{ep("h1", true).ep, ep("h2", true).ep}},
+	})
+	layout := func() string {
+		var out []string
+		for _, sl := range p.groups[g].slices {
+			var hs []string
+			for _, e := range sl.endpoints {
+				hs = append(hs, fmt.Sprintf("%s:%v", (*e.Hostname)[:2], *e.Conditions.Ready))
+			}
+			out = append(out, fmt.Sprintf("%d[%s]", sl.index, strings.Join(hs, " ")))
+		}
+		return strings.Join(out, " ")
+	}
+	step := func(cs []change, want, touched string) {
+		t.Helper()
+		got := p.apply(cs, 2)[g]
+		slices.Sort(got)
+		if l := layout(); l != want || fmt.Sprint(got) != touched {
+			t.Errorf("%s, touched %v; want %s, touched %s", l, got, want, touched)
+		}
+		if d := planRules(p); d != "" && !strings.Contains(d, "slice") {
+			t.Error(d)
+		}
+	}
+	// A change of host's endpoint, in slice at (-1: none), to ready (nil: gone).
+	ch := func(host string, at int, ready *bool) change {
+		e := ep(host, ptr.Deref(ready, true))
+		c := change{g: g, id: idOf(&e.ep), at: at}
+		if ready != nil {
+			c.endpoint = &e
+		}
+		return c
+	}
+	yes, no := ptr.To(true), ptr.To(false)
+	// h2 not ready: in place.
+	step([]change{ch("h2", 0, no)}, "0[h1:true h2:false] 2[h3:true h4:true]", "[0]")
+	// No room: h5 makes slice 1, the lowest free index.
+	step([]change{ch("h5", -1, yes)}, "0[h1:true h2:false] 1[h5:true] 2[h3:true h4:true]", "[1]")
+	// h1 goes, h6 comes: the first slice with room is 0 again.
+	step([]change{ch("h1", 0, nil), ch("h6", -1, yes)}, "0[h2:false h6:true] 1[h5:true] 2[h3:true h4:true]", "[0]")
+	// h5 goes and h7 comes with other ports: slice 1, emptied, takes it and its ports.
+	h7 := ch("h7", -1, yes)
+	h7.endpoint.portsKey = "db/5433/TCP,"
+	step([]change{ch("h5", 1, nil), h7}, "0[h2:false h6:true] 1[h7:true] 2[h3:true h4:true]", "[1]")
+	if sl := p.groups[g].slice(1); sl.portsKey != "db/5433/TCP," {
+		t.Errorf("slice 1's ports %q", sl.portsKey)
+	}
+}
+
+// sameSlices describes how the slices in a and b differ; "" when they do not.
+func sameSlices(t *testing.T, a, b *fake.Clientset) string {
+	t.Helper()
+	list := func(c *fake.Clientset) map[string]discoveryv1.EndpointSlice {
+		l, err := c.DiscoveryV1().EndpointSlices("db").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]discoveryv1.EndpointSlice{}
+		for _, es := range l.Items {
+			out[es.Name] = es
+		}
+		return out
+	}
+	x, y := list(a), list(b)
+	for name, es := range x {
+		other, ok := y[name]
+		switch {
+		case !ok:
+			return name + " is not in the whole sync's"
+		case !apiequality.Semantic.DeepEqual(es.Endpoints, other.Endpoints) || !apiequality.Semantic.DeepEqual(es.Ports, other.Ports):
+			return fmt.Sprintf("%s: %s, whole: %s", name, endpointList(es), endpointList(other))
+		}
+	}
+	for name := range y {
+		if _, ok := x[name]; !ok {
+			return name + " is only in the whole sync's"
+		}
+	}
+	return ""
+}
+
+func endpointList(es discoveryv1.EndpointSlice) string {
+	var out []string
+	for _, e := range es.Endpoints {
+		out = append(out, fmt.Sprintf("%s/%s ready=%v", *e.Hostname, e.Addresses[0], *e.Conditions.Ready))
+	}
+	return strings.Join(out, " ")
+}
+
+// foreignEdit flips the readiness of the first endpoint of one of the slices in client, as
+// someone else's write would.
+func foreignEdit(t *testing.T, client *fake.Clientset) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := client.DiscoveryV1().EndpointSlices("db").List(ctx, metav1.ListOptions{})
+	if err != nil || len(l.Items) == 0 {
+		t.Fatal("no slice to edit", err)
+	}
+	es := &l.Items[len(l.Items)/2]
+	es.Endpoints[0].Conditions.Ready = ptr.To(!*es.Endpoints[0].Conditions.Ready)
+	if _, err := client.DiscoveryV1().EndpointSlices("db").Update(ctx, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// echo feeds the store what the API holds now, as its informers would, and the tracker the
+// events: the next sync starts from what the last one wrote.
+func echo(t *testing.T, r *reconciler, client *fake.Clientset, mcs bool) {
+	t.Helper()
+	ctx := context.Background()
+	sc := r.store.scopes[""]
+	list, err := client.DiscoveryV1().EndpointSlices("db").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	there := map[string]bool{}
+	for i := range list.Items {
+		es := &list.Items[i]
+		there[es.Name] = true
+		if old, ok, _ := sc.slices.GetStore().Get(es); !ok || old.(*discoveryv1.EndpointSlice).ResourceVersion != es.ResourceVersion {
+			must(t, sc.slices.GetStore().Update(es))
+			r.tracker.observe(es, false)
+		}
+	}
+	for _, obj := range sc.slices.GetStore().List() {
+		if es := obj.(*discoveryv1.EndpointSlice); !there[es.Name] {
+			must(t, sc.slices.GetStore().Delete(es))
+			r.tracker.observe(es, true)
+		}
+	}
+	svcs, err := client.CoreV1().Services("db").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range svcs.Items {
+		must(t, sc.services.GetStore().Update(&svcs.Items[i]))
+	}
+	if mcs { // the ServiceImport informer runs: wait until it shows the ServiceImport
+		deadline := time.Now().Add(30 * time.Second)
+		for len(sc.imports.GetStore().List()) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the ServiceImport never showed in the informer")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bigService is a global service of about 400 endpoints in slices of 30, local (with placements)
+// and mirrored (with per-pod mirrors), IPv4 and IPv6, that changes at random.
+type bigService struct {
+	rng     *rand.Rand
+	src     *indextest.Source
+	key     index.Key
+	members []*index.Member
+	next    int
+}
+
+func newBigService(rng *rand.Rand) *bigService {
+	b := &bigService{rng: rng, src: indextest.New(), key: index.Key{Namespace: "db", Name: "big"}}
+	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	// "0-west" and "west": host c in the one and c-0 in the other are both c-0-west, which the
+	// -global slices must tell apart (hashed).
+	for _, cluster := range []string{"", "west", "north", "0-west"} {
+		name := "big"
+		if cluster != "" {
+			name += "-" + cluster
+		}
+		m := &index.Member{Namespace: "db", Name: name, Origin: index.Origin{Cluster: cluster, Ports: ports}}
+		var sls []*index.Slice
+		for s := range 4 {
+			var eps []index.Endpoint
+			for range 30 {
+				eps = append(eps, b.endpoint(m, s == 3))
+			}
+			sls = append(sls, indextest.Slice(ports, eps...))
+		}
+		switch cluster {
+		case "0-west":
+			sls[0].Endpoints[0].Host = "c"
+		case "west":
+			sls[0].Endpoints[0].Host = "c-0"
+		}
+		b.src.Add(b.key, m, sls...)
+		b.members = append(b.members, m)
+		if !m.Local() {
+			b.pods(m, 0)
+		}
+	}
+	return b
+}
+
+func (b *bigService) endpoint(m *index.Member, v6 bool) index.Endpoint {
+	b.next++
+	addr := fmt.Sprintf("10.%d.%d.%d", b.next/65536, b.next/256%256, b.next%256)
+	if v6 {
+		addr = fmt.Sprintf("fd00::%x", b.next)
+	}
+	e := indextest.Endpoint(fmt.Sprintf("p-%d", b.next), addr)
+	if m.Local() {
+		e.Local = &index.Placement{Zone: "z1", NodeName: fmt.Sprintf("node-%d", b.next%3), Pod: e.Host}
+	}
+	return e
+}
+
+// pods sets every per-pod mirror of mirror m, down ones down in a hundred.
+func (b *bigService) pods(m *index.Member, down int) {
+	var pods []index.PodMirror
+	for _, sl := range b.src.Slices(m) {
+		for _, e := range sl.Endpoints {
+			pods = append(pods, index.PodMirror{Addr: e.Addr(), Ready: b.rng.IntN(100) >= down})
+		}
+	}
+	b.src.SetPodMirrors(m, pods...)
+}
+
+// change makes one random change, says what it was and how many slices of a set it may write
+// (0: any number).
+func (b *bigService) change() (string, int) {
+	m := b.members[b.rng.IntN(len(b.members))]
+	sls := slices.Clone(b.src.Slices(m))
+	i := b.rng.IntN(len(sls))
+	sl := *sls[i]
+	sl.Endpoints = slices.Clone(sl.Endpoints)
+	e := &sl.Endpoints[b.rng.IntN(len(sl.Endpoints))]
+	if b.rng.IntN(10) == 0 { // the hostname two clusters share, whatever m is
+		m = b.members[3-2*b.rng.IntN(2)] // 0-west or west
+		sls = slices.Clone(b.src.Slices(m))
+		i = 0
+		sl = *sls[0]
+		sl.Endpoints = slices.Clone(sl.Endpoints)
+		e = &sl.Endpoints[0]
+	}
+	what, most := "", 1
+	switch op := b.rng.IntN(100); {
+	case op < 50:
+		e.Ready, e.Serving = !e.Ready, !e.Ready
+		what = "readiness flip"
+	case op < 62: // a pod restarts with another address
+		b.next++
+		a := netip.MustParseAddr(fmt.Sprintf("10.%d.%d.%d", b.next/65536, b.next/256%256, b.next%256))
+		if !e.Addr().Is4() {
+			a = netip.MustParseAddr(fmt.Sprintf("fd00::%x", b.next))
+		}
+		e.SetAddr(a)
+		what, most = "another address", 2 // it leaves its slice, and joins the first with room
+	case op < 68 && m.Local(): // a pod moves to another node
+		p := *e.Local
+		p.NodeName += "x"
+		e.Local = &p
+		what = "another node"
+	case op < 74 && !m.Local(): // the gateway: per-pod mirrors go down or up
+		b.pods(m, []int{0, 30, 100}[b.rng.IntN(3)])
+		return "per-pod mirrors", 0
+	case op < 78 && m.Local(): // a slice's port: its endpoints move to slices of that port
+		sl.Ports = []index.Port{{Name: "db", Port: sl.Ports[0].Port + 1, Protocol: "TCP"}}
+		what, most = "a port", 0
+	case op < 80: // hosts x and x-0 come in 0-west and west: both are x-0-west, hashed
+		b.next++
+		x := b.next
+		for j, c := range []int{3, 1} {
+			m := b.members[c]
+			sls := slices.Clone(b.src.Slices(m))
+			sl := *sls[0]
+			e := b.endpoint(m, false)
+			e.Host = fmt.Sprintf("x%d%s", x, []string{"", "-0"}[j])
+			sl.Endpoints = append(slices.Clone(sl.Endpoints), e)
+			sls[0] = &sl
+			b.src.SetSlices(m, sls...)
+		}
+		return "two hosts of one name", 0
+	case op < 84: // an endpoint comes: a new hostname
+		sl.Endpoints = append(sl.Endpoints, b.endpoint(m, sl.Family == index.IPv6))
+		what, most = "an endpoint comes", 0
+	case op < 90 && len(sl.Endpoints) > 1: // an endpoint goes
+		sl.Endpoints = slices.Delete(sl.Endpoints, 1, 2)
+		what, most = "an endpoint goes", 0
+	default: // the same slice again: nothing to write
+		what, most = "the same", 0
+	}
+	sls[i] = &sl
+	b.src.SetSlices(m, sls...)
+	return what, most
+}
