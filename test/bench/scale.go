@@ -694,8 +694,8 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 		title: "Micro-benchmarks",
 		intro: "`go test -run '^$' -bench . -benchmem -count 3 ./plugin/global/`: `ServeDNS` for every name form (the reply is built, not " +
 			"sent; addresses rotated, the default); one index update (a global service rebuilt and a snapshot published) among " +
-			"1,000, 10,000 and 100,000 global services (in process, synthetic: the snapshot is a tree of 4,096 shards, a change copies the " +
-			"three branches and the shard on its path); one endpoint's readiness changed in one slice of a global service of 10 and of " +
+			"1,000, 10,000 and 100,000 global services (in process, synthetic: the snapshot is a trie of 16-way branches over leaves of 16 " +
+			"names at most, a change copies the branches and the leaf on its path); one endpoint's readiness changed in one slice of a global service of 10 and of " +
 			"10,000 endpoints, slices of 100 (`Rebuild`: the big one copies only the parts of its records that the change touches).",
 		after: strings.Join(serve, "\n") + "\n",
 	})

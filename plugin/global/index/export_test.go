@@ -243,3 +243,22 @@ func CheckChanges(prev, next *Service, gone, came []Record) string {
 	}
 	return ""
 }
+
+// LargestLeaf returns how many names s's largest leaf holds, and leafMax.
+func LargestLeaf(s *Snapshot) (int, int) {
+	most := 0
+	var walk func(n *node)
+	walk = func(n *node) {
+		switch {
+		case n == nil:
+		case n.kids != nil:
+			for _, k := range n.kids {
+				walk(k)
+			}
+		default:
+			most = max(most, len(n.leaf))
+		}
+	}
+	walk(s.root)
+	return most, leafMax
+}

@@ -14,12 +14,12 @@ import (
 )
 
 // Snapshot is an immutable view of every global service. Readers load it once per query and
-// never lock. Its services are sharded by name in a three-level tree of 4,096 shards, so that
-// publishing a change copies three branches of pointers and one shard of about N/4,096 names, not
-// every service: up to a million global services, the cost of a change does not grow with their
-// number.
+// never lock. Its services are in a trie of their names' hashes, 16 ways at each level, whose
+// leaves hold at most leafMax names: publishing a change copies the branches on the name's path
+// (log16 of the number of names, at 16 pointers each) and one leaf of leafMax names at most, not
+// every service, however many there are.
 type Snapshot struct {
-	root       *branch[*branch[*branch[*shard]]]
+	root       *node
 	len        int            // global services
 	namespaces map[string]int // namespace -> number of global services in it that answer
 	ownsNS     bool           // namespaces is this snapshot's own copy (while it is being made)
@@ -29,14 +29,25 @@ type Snapshot struct {
 	Published time.Time
 }
 
-// fanout is the width of each level: fanout³ = 4,096 shards, about 25 names each at 100,000.
-const fanout = 16
+// node is a branch, whose kids are by the next 4 bits of a name's hash (nil: no name there), or
+// a leaf of names (kids nil).
+type node struct {
+	kids *[fanout]*node
+	leaf shard
+}
 
-type branch[T any] [fanout]T
+const (
+	fanout = 16
+	// leafMax is the most names a leaf holds before it splits into a branch: a change copies one
+	// leaf, and a lookup searches one.
+	leafMax = 16
+	// depthMax is the deepest a name's 64-bit hash reaches; a leaf there holds what it must.
+	depthMax = 64 / 4
+)
 
-// shard holds the global services whose names hash to it, sorted by name: not a map, as a change
-// copies the shard on its path (one memmove of 24 bytes a name, no rehashing) and the shards are
-// most of the snapshot's own memory (a map of a few names is several times their size).
+// shard is a leaf's global services, sorted by name: a change copies it (one memmove of 24
+// bytes a name, no rehashing), and the leaves are most of the snapshot's own memory (a map of a
+// few names is several times their size).
 type shard []entry
 
 type entry struct {
@@ -55,19 +66,23 @@ type named struct {
 	services   []*Service
 }
 
-var shardSeed = maphash.MakeSeed()
+var nameSeed = maphash.MakeSeed()
 
-// path returns where the services called name are: the shard at root[i][j][k].
-func path(name string) (i, j, k uint64) {
-	h := maphash.String(shardSeed, name)
-	return h % fanout, h / fanout % fanout, h / (fanout * fanout) % fanout
-}
+func hashOf(name string) uint64 { return maphash.String(nameSeed, name) }
+
+// kid is where the names of hash h go below a branch at depth.
+func kid(h uint64, depth int) int { return int(h >> (4 * depth) % fanout) }
 
 func (s *Snapshot) named(name string) *named {
-	i, j, k := path(name)
-	sh := *s.root[i][j][k]
-	if at, ok := sh.find(name); ok {
-		return sh[at].named
+	n, h := s.root, hashOf(name)
+	for depth := 0; n != nil && n.kids != nil; depth++ {
+		n = n.kids[kid(h, depth)]
+	}
+	if n == nil {
+		return nil
+	}
+	if at, ok := n.leaf.find(name); ok {
+		return n.leaf[at].named
 	}
 	return nil
 }
@@ -107,37 +122,27 @@ func (s *Snapshot) Len() int { return s.len }
 // Keys returns every global service's key, in no particular order.
 func (s *Snapshot) Keys() []Key {
 	out := make([]Key, 0, s.len)
-	for _, b := range s.root {
-		for _, bb := range b {
-			for _, sh := range bb {
-				for _, e := range *sh {
-					for _, ns := range e.namespaces {
-						out = append(out, Key{Namespace: ns, Name: e.name})
-					}
+	var walk func(n *node)
+	walk = func(n *node) {
+		switch {
+		case n == nil:
+		case n.kids != nil:
+			for _, k := range n.kids {
+				walk(k)
+			}
+		default:
+			for _, e := range n.leaf {
+				for _, ns := range e.namespaces {
+					out = append(out, Key{Namespace: ns, Name: e.name})
 				}
 			}
 		}
 	}
+	walk(s.root)
 	return out
 }
 
-func emptySnapshot() *Snapshot {
-	// Every branch and shard is shared until a change copies it: an empty snapshot is 4 objects.
-	var leaf branch[*shard]
-	empty := shard{}
-	for i := range leaf {
-		leaf[i] = &empty
-	}
-	var mid branch[*branch[*shard]]
-	for i := range mid {
-		mid[i] = &leaf
-	}
-	var root branch[*branch[*branch[*shard]]]
-	for i := range root {
-		root[i] = &mid
-	}
-	return &Snapshot{root: &root, namespaces: map[string]int{}}
-}
+func emptySnapshot() *Snapshot { return &Snapshot{namespaces: map[string]int{}} }
 
 // Index maintains the Snapshot. Watch events mark global services dirty with Changed; one
 // publisher rebuilds the dirty ones from the Source and swaps in a new snapshot. Events that arrive
@@ -280,54 +285,64 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 }
 
 // set replaces prev with svc (nil: removed) under k in s, which is being made from old: copy on
-// write, the branches and the shard on k's path and the namespaces map are copied once per
-// publication (what is still old's has not been copied yet).
+// write, the nodes on k's path and the namespaces map are copied once per publication (a node
+// that is still old's at the same place has not been copied yet; one made in this publication
+// is s's own).
 func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
-	i, j, l := path(k.Name)
-	if s.root == old.root {
-		r := *s.root
-		s.root = &r
+	h := hashOf(k.Name)
+	at, was, depth := &s.root, old.root, 0
+	for {
+		n := *at
+		switch {
+		case n == nil:
+			n = &node{}
+		case n == was:
+			n = n.copy()
+		}
+		*at = n
+		if n.kids == nil {
+			break
+		}
+		if was != nil && was.kids != nil {
+			was = was.kids[kid(h, depth)]
+		} else {
+			was = nil
+		}
+		at = &n.kids[kid(h, depth)]
+		depth++
 	}
-	if s.root[i] == old.root[i] {
-		b := *s.root[i]
-		s.root[i] = &b
-	}
-	if s.root[i][j] == old.root[i][j] {
-		b := *s.root[i][j]
-		s.root[i][j] = &b
-	}
-	if s.root[i][j][l] == old.root[i][j][l] {
-		o := *old.root[i][j][l]
-		sh := make(shard, len(o), len(o)+1) // exactly, or one more: a snapshot lives long
-		copy(sh, o)
-		s.root[i][j][l] = &sh
-	}
-	sh := s.root[i][j][l]
-	e, had := sh.find(k.Name)
+	leaf := *at
+	e, had := leaf.leaf.find(k.Name)
 
 	n := named{}
 	if had {
-		n = *(*sh)[e].named
+		n = *leaf.leaf[e].named
 	}
-	at, found := slices.BinarySearch(n.namespaces, k.Namespace)
+	i, found := slices.BinarySearch(n.namespaces, k.Namespace)
 	switch {
 	case svc == nil:
 		s.len--
-		n.namespaces, n.services = slices.Delete(slices.Clone(n.namespaces), at, at+1), slices.Delete(slices.Clone(n.services), at, at+1)
+		n.namespaces, n.services = slices.Delete(slices.Clone(n.namespaces), i, i+1), slices.Delete(slices.Clone(n.services), i, i+1)
 	case !found:
 		s.len++
-		n.namespaces, n.services = slices.Insert(slices.Clone(n.namespaces), at, k.Namespace), slices.Insert(slices.Clone(n.services), at, svc)
+		n.namespaces, n.services = slices.Insert(slices.Clone(n.namespaces), i, k.Namespace), slices.Insert(slices.Clone(n.services), i, svc)
 	default:
 		n.services = slices.Clone(n.services)
-		n.services[at] = svc
+		n.services[i] = svc
 	}
 	switch {
 	case len(n.namespaces) == 0:
-		*sh = slices.Delete(*sh, e, e+1)
+		leaf.leaf = slices.Delete(leaf.leaf, e, e+1)
+		if len(leaf.leaf) == 0 {
+			*at = nil
+		}
 	case had:
-		(*sh)[e].named = &n
+		leaf.leaf[e].named = &n
 	default:
-		*sh = slices.Insert(*sh, e, entry{k.Name, &n})
+		leaf.leaf = slices.Insert(leaf.leaf, e, entry{k.Name, &n})
+		if len(leaf.leaf) > leafMax && depth < depthMax {
+			*at = leaf.split(depth)
+		}
 	}
 
 	if d := svc.answers() - prev.answers(); d != 0 {
@@ -338,6 +353,42 @@ func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
 			delete(s.namespaces, k.Namespace)
 		}
 	}
+}
+
+// copy returns a copy of n to change: a leaf with room for one more name (a snapshot lives long).
+func (n *node) copy() *node {
+	if n.kids != nil {
+		return newBranch(n.kids)
+	}
+	leaf := make(shard, len(n.leaf), len(n.leaf)+1)
+	copy(leaf, n.leaf)
+	return &node{leaf: leaf}
+}
+
+// newBranch returns a branch of kids (nil: none yet), node and kids in one allocation.
+func newBranch(kids *[fanout]*node) *node {
+	b := new(struct {
+		n    node
+		kids [fanout]*node
+	})
+	if kids != nil {
+		b.kids = *kids
+	}
+	b.n.kids = &b.kids
+	return &b.n
+}
+
+// split makes leaf n, at depth, a branch of leaves, each name in the kid of its hash's next bits.
+func (n *node) split(depth int) *node {
+	b := newBranch(nil)
+	for _, e := range n.leaf { // in order: each new leaf is sorted too
+		k := &b.kids[kid(hashOf(e.name), depth)]
+		if *k == nil {
+			*k = &node{}
+		}
+		(*k).leaf = append((*k).leaf, e)
+	}
+	return b
 }
 
 // account updates the per-cluster record counts and logs the warnings svc has that prev had not,

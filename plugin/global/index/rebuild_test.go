@@ -275,6 +275,9 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		if s.Service(index.Key{Namespace: "zz", Name: "s1"}) != nil || s.Namespaces("none") != nil {
 			t.Fatal("a service that never was")
 		}
+		if most, limit := index.LargestLeaf(s); most > limit {
+			t.Fatalf("a leaf of %d names: they split beyond %d", most, limit)
+		}
 	}
 	ready := map[index.Key]int{}
 	for range 200 {
