@@ -48,36 +48,49 @@ func BenchmarkServeDNS(b *testing.B) {
 }
 
 // BenchmarkPublish is one index update (one global service rebuilt, a snapshot published) among
-// N global services: the snapshot is sharded, so the cost should not grow with N.
+// N global services: the snapshot is a trie, so the work does not grow with N. The changed service
+// is each in turn (changing=all), or one of the same 1,000 spread over the N (changing=1000):
+// those stay in the caches at any N, as all N do at 1,000, which tells what a bigger heap costs
+// from what the index does.
 func BenchmarkPublish(b *testing.B) {
 	for _, n := range []int{1000, 10000, 100000} {
-		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			src := indextest.New()
-			ix := index.New(indextest.Topology(), src)
-			ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
-			var keys []index.Key
-			for i := range n {
-				k := index.Key{Namespace: "db", Name: fmt.Sprintf("s%d", i)}
-				for c, cluster := range []string{"", "west", "north"} {
-					var eps []index.Endpoint
-					for e := range 3 {
-						eps = append(eps, indextest.Endpoint(fmt.Sprintf("p-%d", e), fmt.Sprintf("10.%d.%d.%d", c*10+e, i/250%250, i%250)))
-					}
-					src.Add(k, &index.Member{Namespace: "db", Name: k.Name + "-" + cluster, Origin: index.Origin{Cluster: cluster, Ports: ports}}, indextest.Slice(ports, eps...))
+		src := indextest.New()
+		ix := index.New(indextest.Topology(), src)
+		ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+		var keys []index.Key
+		for i := range n {
+			k := index.Key{Namespace: "db", Name: fmt.Sprintf("s%d", i)}
+			for c, cluster := range []string{"", "west", "north"} {
+				var eps []index.Endpoint
+				for e := range 3 {
+					eps = append(eps, indextest.Endpoint(fmt.Sprintf("p-%d", e), fmt.Sprintf("10.%d.%d.%d", c*10+e, i/250%250, i%250)))
 				}
-				keys = append(keys, k)
-				ix.Changed(k)
+				src.Add(k, &index.Member{Namespace: "db", Name: k.Name + "-" + cluster, Origin: index.Origin{Cluster: cluster, Ports: ports}}, indextest.Slice(ports, eps...))
 			}
-			ix.Start()
-			ix.Publish()
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				ix.Changed(keys[i%len(keys)])
-				ix.Publish()
-				i++
+			keys = append(keys, k)
+			ix.Changed(k)
+		}
+		ix.Start()
+		ix.Publish()
+		changing := []int{n} // all
+		if n > 1000 {
+			changing = append(changing, 1000)
+		}
+		for _, changing := range changing {
+			name := fmt.Sprintf("services=%d/changing=%d", n, changing)
+			if changing == n {
+				name = fmt.Sprintf("services=%d/changing=all", n)
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					ix.Changed(keys[i%changing*(n/changing)])
+					ix.Publish()
+					i++
+				}
+			})
+		}
 	}
 }
 

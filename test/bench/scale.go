@@ -669,9 +669,10 @@ func rssBytes(pid int) float64 {
 // micro runs the Go micro-benchmarks of the query path and of an index update, and the
 // in-process memory benchmark at 120k records.
 func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) error {
-	run := func(args ...string) ([]string, error) {
+	run := func(env []string, args ...string) ([]string, error) {
 		args = append([]string{"test", "-run", "^$"}, args...)
 		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Env = append(os.Environ(), env...)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
@@ -686,7 +687,12 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 		fmt.Println(strings.Join(keep, "\n"))
 		return keep, nil
 	}
-	serve, err := run("-bench", ".", "-benchmem", "-count", "3", "./plugin/global/")
+	serve, err := run(nil, "-bench", ".", "-benchmem", "-count", "3", "./plugin/global/")
+	if err != nil {
+		return err
+	}
+	// Publishing again without the garbage collector: what of its time the collector takes.
+	noGC, err := run([]string{"GOGC=off"}, "-bench", "Publish", "-benchmem", "-count", "3", "./plugin/global/")
 	if err != nil {
 		return err
 	}
@@ -695,13 +701,16 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 		intro: "`go test -run '^$' -bench . -benchmem -count 3 ./plugin/global/`: `ServeDNS` for every name form (the reply is built, not " +
 			"sent; addresses rotated, the default); one index update (a global service rebuilt and a snapshot published) among " +
 			"1,000, 10,000 and 100,000 global services (in process, synthetic: the snapshot is a trie of 16-way branches over leaves of 16 " +
-			"names at most, a change copies the branches and the leaf on its path); one endpoint's readiness changed in one slice of a global service of 10 and of " +
+			"names at most, a change copies the branches and the leaf on its path), the changed service each in turn (`changing=all`) or one " +
+			"of the same 1,000 spread over them (`changing=1000`: these stay in the caches at any N), and all again with `GOGC=off`, " +
+			"below; one endpoint's readiness changed in one slice of a global service of 10 and of " +
 			"10,000 endpoints, slices of 100 (`Rebuild`: the big one copies only the parts of its records that the change touches).",
-		after: strings.Join(serve, "\n") + "\n",
+		after: strings.Join(serve, "\n") + "\n\n# GOGC=off go test -run '^$' -bench Publish -benchmem -count 3 ./plugin/global/\n" +
+			strings.Join(noGC, "\n") + "\n",
 	})
-	median := func(name, unit string) string {
+	medianOf := func(out []string, name, unit string) string {
 		var lines []string
-		for _, l := range serve {
+		for _, l := range out {
 			if strings.HasPrefix(l, name+"-") {
 				lines = append(lines, l)
 			}
@@ -711,19 +720,49 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 		}
 		return "?"
 	}
+	median := func(name, unit string) string { return medianOf(serve, name, unit) }
 	r.goal("ServeDNS, service name (4 A records) and SRV (median of 3)", "≤ 0.5 µs and ≤ 4 allocs; SRV ≤ 1.5 µs",
 		fmt.Sprintf("%s ns, %s allocs; SRV %s ns, %s allocs",
 			median("BenchmarkServeDNS/service", "ns/op"), median("BenchmarkServeDNS/service", "allocs/op"),
 			median("BenchmarkServeDNS/srv", "ns/op"), median("BenchmarkServeDNS/srv", "allocs/op")))
+	publish := func(out []string, changing, unit string) string {
+		var vs []string
+		for _, n := range []string{"1000", "10000", "100000"} {
+			name := "BenchmarkPublish/services=" + n + "/changing=" + changing
+			if changing == "1000" && n == "1000" {
+				name = "BenchmarkPublish/services=1000/changing=all" // the same thing
+			}
+			v := medianOf(out, name, unit)
+			if unit == "ns/op" {
+				v = usec(v)
+			}
+			vs = append(vs, v)
+		}
+		return strings.Join(vs, " / ")
+	}
 	r.goal("Publishing one change among 1k / 10k / 100k global services (median of 3)", "independent of N",
-		fmt.Sprintf("%s / %s / %s µs; %s / %s / %s bytes",
-			usec(median("BenchmarkPublish/services=1000", "ns/op")), usec(median("BenchmarkPublish/services=10000", "ns/op")),
-			usec(median("BenchmarkPublish/services=100000", "ns/op")),
-			median("BenchmarkPublish/services=1000", "B/op"), median("BenchmarkPublish/services=10000", "B/op"), median("BenchmarkPublish/services=100000", "B/op")))
+		fmt.Sprintf("%s µs; %s bytes; %s allocations. The same 1,000 changing: %s µs; all changing, GC off: %s µs",
+			publish(serve, "all", "ns/op"), publish(serve, "all", "B/op"), publish(serve, "all", "allocs/op"),
+			publish(serve, "1000", "ns/op"), publish(noGC, "all", "ns/op")))
 	r.goal("Rebuilding a global service of 10 / 10,000 endpoints after one change to one slice (median of 3)", "O(change): no sort, no copy of the whole service",
 		fmt.Sprintf("%s / %s µs; %s / %s bytes", usec(median("BenchmarkRebuild/endpoints=10", "ns/op")), usec(median("BenchmarkRebuild/endpoints=10000", "ns/op")),
 			median("BenchmarkRebuild/endpoints=10", "B/op"), median("BenchmarkRebuild/endpoints=10000", "B/op")))
-	mem, err := run("-bench", "Scale", "-benchtime", "1x", "-count", "3", "./plugin/global/watch/")
+	sync, err := run(nil, "-bench", "Sync", "-benchmem", "-count", "3", "./plugin/global/writer/")
+	if err != nil {
+		return err
+	}
+	r.add(section{
+		title: "Writer",
+		intro: "`go test -run '^$' -bench Sync -benchmem -count 3 ./plugin/global/writer/`: the writer's sync of a global service of 10,000 " +
+			"endpoints (slices of 100) after one endpoint's readiness changed, from its changes since the last sync (what the writer does " +
+			"while the cache shows the slices as it wrote them) and from its whole state; the API a stand-in that numbers versions, so " +
+			"what is measured is the writer's own work.",
+		after: strings.Join(sync, "\n") + "\n",
+	})
+	r.goal("Writer sync of a 10,000-endpoint service after one change, from changes / whole (median of 3)", "what it changes, not the service's size",
+		fmt.Sprintf("%s / %s ms; %s / %s KB", msec(medianOf(sync, "BenchmarkSync/from=changes", "ns/op")), msec(medianOf(sync, "BenchmarkSync/from=whole", "ns/op")),
+			kib(medianOf(sync, "BenchmarkSync/from=changes", "B/op")), kib(medianOf(sync, "BenchmarkSync/from=whole", "B/op"))))
+	mem, err := run(nil, "-bench", "Scale", "-benchtime", "1x", "-count", "3", "./plugin/global/watch/")
 	if err != nil {
 		return err
 	}
@@ -778,10 +817,16 @@ func benchMetric(lines []string, unit string) []float64 {
 }
 
 // usec turns a ns/op figure into µs, one decimal.
-func usec(ns string) string {
-	v, err := strconv.ParseFloat(ns, 64)
+// usec, msec and kib write a benchmark's ns/op and B/op in microseconds, milliseconds and KiB.
+func msec(ns string) string { return scaled(ns, 1e6, 2) }
+func kib(b string) string   { return scaled(b, 1024, 0) }
+
+func scaled(v string, by float64, prec int) string {
+	f, err := strconv.ParseFloat(v, 64)
 	if err != nil {
-		return ns
+		return v
 	}
-	return strconv.FormatFloat(v/1000, 'f', 1, 64)
+	return strconv.FormatFloat(f/by, 'f', prec, 64)
 }
+
+func usec(ns string) string { return scaled(ns, 1000, 1) }
