@@ -227,6 +227,10 @@ func slicePorts(ps []index.Port) ([]discoveryv1.EndpointPort, string) {
 
 type clusterHost struct{ cluster, host string }
 
+// name is the endpoint hostname of (cluster, host) in the -global slices, unless hostnames had
+// to give it another: <host>-<cluster>.
+func (k clusterHost) name() string { return k.host + "-" + k.cluster }
+
 // hostnames gives every (cluster, host) the endpoint hostname <host>-<cluster>: a DNS label, unique
 // within the service, the same on every run. A name that is too long, or that two endpoints would
 // share (foo-0 in a-b and foo-0-a in b), is shortened and suffixed with a hash of its origin.
@@ -236,7 +240,7 @@ func hostnames(rs index.Records) map[clusterHost]string {
 	for r := range rs.All() {
 		k := clusterHost{r.Cluster, r.Host}
 		if _, ok := names[k]; !ok {
-			n := r.Host + "-" + r.Cluster
+			n := k.name()
 			names[k] = n
 			count[n]++
 		}

@@ -61,11 +61,15 @@ func (p *plan) add(g group, ps []placed) {
 	p.groups[g] = gp
 }
 
-// exceptions returns the names that are not <host>-<cluster>: what a plan keeps of them.
+// exceptions returns the names that are not <host>-<cluster>: what a plan keeps of them (nil
+// for none: MCS slices).
 func exceptions(names map[clusterHost]string) map[clusterHost]string {
+	if names == nil {
+		return nil
+	}
 	out := map[clusterHost]string{}
 	for k, n := range names {
-		if n != k.host+"-"+k.cluster {
+		if n != k.name() {
 			out[k] = n
 		}
 	}
@@ -74,13 +78,14 @@ func exceptions(names map[clusterHost]string) map[clusterHost]string {
 
 // hostname is r's endpoint hostname.
 func (p *plan) hostname(r *index.Record) string {
-	switch n, ok := p.names[clusterHost{r.Cluster, r.Host}]; {
+	k := clusterHost{r.Cluster, r.Host}
+	switch n, ok := p.names[k]; {
 	case p.names == nil: // MCS slices
 		return r.Host
 	case ok:
 		return n
 	}
-	return r.Host + "-" + r.Cluster
+	return k.name()
 }
 
 // current reports whether have, our slices of the set as cached, are exactly what p wrote.
@@ -158,7 +163,6 @@ func (p *plan) changes(s *index.Service, topo *index.Topology) ([]change, bool) 
 			continue
 		}
 		out = append(out, c) // new: a big service has no endpoint twice
-
 	}
 	return out, true
 }

@@ -276,10 +276,7 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, 
 	want := desiredEndpoints(s, r.cfg.Topology, names)
 	var p *plan
 	if s.Big() {
-		p = newPlan(s, set.owner.UID, nil)
-		if names != nil {
-			p.names = exceptions(names)
-		}
+		p = newPlan(s, set.owner.UID, exceptions(names))
 	}
 	byGroup := map[group]map[int]*discoveryv1.EndpointSlice{}
 	var obsolete []*discoveryv1.EndpointSlice
