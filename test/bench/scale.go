@@ -131,6 +131,8 @@ func scale(ctx context.Context, cp *harness.ControlPlane, o options, r *report) 
 		corefile := render(tmpl, "PORT", ports[0], "READY", "127.0.0.1:"+ports[1], "METRICS", "127.0.0.1:"+ports[2],
 			"PPROF", "127.0.0.1:"+ports[3], "KUBECONFIG", cp.Kubeconfig, "NAMESPACE", ns)
 		runs++
+		// Its ports may have been an earlier process's: no connection to that one is reused.
+		plainHTTP.CloseIdleConnections()
 		t0 := time.Now()
 		d, err := harness.StartCoreDNSProcess(corefile, filepath.Join(o.work, "coredns-scale-"+strconv.Itoa(runs)), nil, o.corednsEnv...)
 		if err != nil {
@@ -138,9 +140,13 @@ func scale(ctx context.Context, cp *harness.ControlPlane, o options, r *report) 
 		}
 		defer d.Stop()
 		r := result{ready: time.Since(t0)}
+		// A failure says what coredns said last, before its directory goes with the run.
+		failed := func(err error) (result, error) {
+			return r, fmt.Errorf("%w; coredns exited: %v; its last lines:\n%s", err, d.Exited(), d.Tail(30))
+		}
 		if probe != "" {
 			if n, _, err := count(d.Addr, probe, "tcp"); err != nil || n != want {
-				return r, fmt.Errorf("%s answers %d records, want %d (%v)", probe, n, want, err)
+				return failed(fmt.Errorf("%s answers %d records, want %d (%v)", probe, n, want, err))
 			}
 		}
 		heap := io.Discard
@@ -155,7 +161,7 @@ func scale(ctx context.Context, cp *harness.ControlPlane, o options, r *report) 
 		err = save("http://127.0.0.1:"+ports[3]+"/debug/pprof/heap?gc=1", heap)
 		m, merr := metrics(d.MetricsAddr)
 		if err != nil || merr != nil {
-			return r, fmt.Errorf("%v %v", err, merr)
+			return failed(fmt.Errorf("%v %v", err, merr))
 		}
 		r.heap, r.rss = m["go_memstats_heap_inuse_bytes"], rssBytes(d.PID())
 		return r, nil

@@ -112,7 +112,7 @@ func get(url string) error { return save(url, io.Discard) }
 
 // save writes the body of GET url to w.
 func save(url string, w io.Writer) error {
-	resp, err := http.Get(url)
+	resp, err := plainHTTP.Get(url)
 	if err != nil {
 		return err
 	}

@@ -294,6 +294,10 @@ func (c *CoreDNS) Signal(sig os.Signal) error {
 	return nil
 }
 
+// Exited reports whether the process has exited; Tail returns the last n lines of its log.
+func (c *CoreDNS) Exited() bool      { return c.proc.exited() }
+func (c *CoreDNS) Tail(n int) string { return tailFile(c.proc.logPath, n) }
+
 // Logs returns coredns's log so far.
 func (c *CoreDNS) Logs() string {
 	b, err := os.ReadFile(c.proc.logPath)
