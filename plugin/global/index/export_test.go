@@ -247,18 +247,6 @@ func CheckChanges(prev, next *Service, gone, came []Record) string {
 // LargestLeaf returns how many names s's largest leaf holds, and leafMax.
 func LargestLeaf(s *Snapshot) (int, int) {
 	most := 0
-	var walk func(n *node)
-	walk = func(n *node) {
-		switch {
-		case n == nil:
-		case n.kids != nil:
-			for _, k := range n.kids {
-				walk(k)
-			}
-		default:
-			most = max(most, len(n.leaf))
-		}
-	}
-	walk(s.root)
+	s.root.leaves(func(leaf shard) { most = max(most, len(leaf)) })
 	return most, leafMax
 }

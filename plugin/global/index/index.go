@@ -122,24 +122,27 @@ func (s *Snapshot) Len() int { return s.len }
 // Keys returns every global service's key, in no particular order.
 func (s *Snapshot) Keys() []Key {
 	out := make([]Key, 0, s.len)
-	var walk func(n *node)
-	walk = func(n *node) {
-		switch {
-		case n == nil:
-		case n.kids != nil:
-			for _, k := range n.kids {
-				walk(k)
-			}
-		default:
-			for _, e := range n.leaf {
-				for _, ns := range e.namespaces {
-					out = append(out, Key{Namespace: ns, Name: e.name})
-				}
+	s.root.leaves(func(leaf shard) {
+		for _, e := range leaf {
+			for _, ns := range e.namespaces {
+				out = append(out, Key{Namespace: ns, Name: e.name})
 			}
 		}
-	}
-	walk(s.root)
+	})
 	return out
+}
+
+// leaves calls f with every leaf below n.
+func (n *node) leaves(f func(shard)) {
+	switch {
+	case n == nil:
+	case n.kids != nil:
+		for _, k := range n.kids {
+			k.leaves(f)
+		}
+	default:
+		f(n.leaf)
+	}
 }
 
 func emptySnapshot() *Snapshot { return &Snapshot{namespaces: map[string]int{}} }

@@ -125,13 +125,7 @@ func (r *randomService) endpoint(v6 bool) index.Endpoint {
 
 // pods sets every per-pod mirror of mirror m, down ones down in a hundred.
 func (r *randomService) pods(m *index.Member, down int) {
-	var pods []index.PodMirror
-	for _, sl := range r.src.Slices(m) {
-		for _, e := range sl.Endpoints {
-			pods = append(pods, index.PodMirror{Addr: e.Addr(), Ready: r.rng.IntN(100) >= down})
-		}
-	}
-	r.src.SetPodMirrors(m, pods...)
+	r.src.SetPodMirrorsOf(m, func() bool { return r.rng.IntN(100) >= down })
 }
 
 // change makes one random change and says what it was.
@@ -231,8 +225,8 @@ func (r *randomService) change() string {
 }
 
 // TestSnapshotCopyOnWrite publishes random additions, changes and removals of global services
-// (names that share shards, names in several namespaces) and checks every snapshot against a
-// model after each publication, and that older snapshots still show what they did.
+// (enough names to split leaves, names in several namespaces) and checks every snapshot against
+// a model after each publication, and that older snapshots still show what they did.
 func TestSnapshotCopyOnWrite(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	src := indextest.New()

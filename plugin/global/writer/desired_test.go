@@ -201,20 +201,7 @@ func TestOwnerIsALabelValue(t *testing.T) {
 // BenchmarkDesiredEndpoints is the writer's desired state of a global service of 10,000
 // endpoints: what every sync of it computes.
 func BenchmarkDesiredEndpoints(b *testing.B) {
-	src := indextest.New()
-	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
-	k := index.Key{Namespace: "db", Name: "big"}
-	var sls []*index.Slice
-	for s := range 100 {
-		var eps []index.Endpoint
-		for e := s * 100; e < (s+1)*100; e++ {
-			eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
-		}
-		sls = append(sls, indextest.Slice(ports, eps...))
-	}
-	src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, sls...)
-	topo := indextest.Topology()
-	svc := topo.Build(k, src)
+	_, _, _, topo, svc := bigGlobalService(100)
 	b.ReportAllocs()
 	for b.Loop() {
 		if n := len(desiredEndpoints(svc, topo, hostnames(svc.Records()))); n != 1 {
@@ -226,17 +213,8 @@ func BenchmarkDesiredEndpoints(b *testing.B) {
 // BenchmarkPlace places the 10,000 desired endpoints of BenchmarkDesiredEndpoints' service in the
 // 100 slices that already hold them: what every sync of it does after computing them.
 func BenchmarkPlace(b *testing.B) {
-	src := indextest.New()
-	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
-	k := index.Key{Namespace: "db", Name: "big"}
-	var eps []index.Endpoint
-	for e := range 10000 {
-		eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
-	}
-	src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, indextest.Slice(ports, eps...))
-	topo := indextest.Topology()
+	_, _, _, topo, svc := bigGlobalService(10000)
 	var want []endpoint
-	svc := topo.Build(k, src)
 	for _, w := range desiredEndpoints(svc, topo, hostnames(svc.Records())) {
 		want = w
 	}
@@ -253,4 +231,22 @@ func BenchmarkPlace(b *testing.B) {
 			b.Fatal(n)
 		}
 	}
+}
+
+// bigGlobalService is a global service db/big of 10,000 endpoints, in slices of per, and its source.
+func bigGlobalService(per int) (*indextest.Source, index.Key, *index.Member, *index.Topology, *index.Service) {
+	src := indextest.New()
+	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	k := index.Key{Namespace: "db", Name: "big"}
+	var sls []*index.Slice
+	for s := 0; s < 10000; s += per {
+		var eps []index.Endpoint
+		for e := s; e < s+per; e++ {
+			eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
+		}
+		sls = append(sls, indextest.Slice(ports, eps...))
+	}
+	m := src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, sls...)
+	topo := indextest.Topology()
+	return src, k, m, topo, topo.Build(k, src)
 }

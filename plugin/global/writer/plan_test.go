@@ -357,13 +357,7 @@ func (b *bigService) endpoint(m *index.Member, v6 bool) index.Endpoint {
 
 // pods sets every per-pod mirror of mirror m, down ones down in a hundred.
 func (b *bigService) pods(m *index.Member, down int) {
-	var pods []index.PodMirror
-	for _, sl := range b.src.Slices(m) {
-		for _, e := range sl.Endpoints {
-			pods = append(pods, index.PodMirror{Addr: e.Addr(), Ready: b.rng.IntN(100) >= down})
-		}
-	}
-	b.src.SetPodMirrors(m, pods...)
+	b.src.SetPodMirrorsOf(m, func() bool { return b.rng.IntN(100) >= down })
 }
 
 // change makes one random change, says what it was and how many slices of a set it may write

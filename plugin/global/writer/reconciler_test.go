@@ -33,14 +33,7 @@ func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 	// The API gives every write a new resourceVersion; client-go's fake keeps the object's.
 	var version atomic.Int64
 	client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		var obj runtime.Object
-		switch a := a.(type) {
-		case k8stesting.CreateAction:
-			obj = a.GetObject()
-		case k8stesting.UpdateAction:
-			obj = a.GetObject()
-		}
-		if m, ok := obj.(metav1.Object); ok {
+		if m, ok := written(a).(metav1.Object); ok {
 			m.SetResourceVersion(strconv.FormatInt(version.Add(1), 10))
 		}
 		return false, nil, nil
@@ -63,6 +56,17 @@ func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology(), Owner: testOwner},
 		client: client, store: st, tracker: newTracker(), conflicts: newConflicts(),
 	}, client
+}
+
+// written is the object a create or update writes (nil for other actions).
+func written(a k8stesting.Action) runtime.Object {
+	switch a := a.(type) {
+	case k8stesting.CreateAction:
+		return a.GetObject()
+	case k8stesting.UpdateAction:
+		return a.GetObject()
+	}
+	return nil
 }
 
 func westService() *index.Service {

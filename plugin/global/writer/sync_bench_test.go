@@ -2,13 +2,9 @@ package writer
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"testing"
-
-	"github.com/globaldns/global/plugin/global/index"
-	"github.com/globaldns/global/plugin/global/index/indextest"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,31 +18,13 @@ import (
 func BenchmarkSync(b *testing.B) {
 	for _, from := range []string{"changes", "whole"} {
 		b.Run("from="+from, func(b *testing.B) {
-			src := indextest.New()
-			ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
-			k := index.Key{Namespace: "db", Name: "big"}
-			var sls []*index.Slice
-			for s := range 100 {
-				var eps []index.Endpoint
-				for e := s * 100; e < (s+1)*100; e++ {
-					eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
-				}
-				sls = append(sls, indextest.Slice(ports, eps...))
-			}
-			m := src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: ports}}, sls...)
-			topo := indextest.Topology()
-			svc := topo.Build(k, src)
+			src, k, m, topo, svc := bigGlobalService(100)
 			r, client := newTestReconciler()
 			store := r.store.scopes[""]
 			version := 0
 			client.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
-				var obj runtime.Object
-				switch a := a.(type) {
-				case k8stesting.CreateAction:
-					obj = a.GetObject()
-				case k8stesting.UpdateAction:
-					obj = a.GetObject()
-				default:
+				obj := written(a)
+				if obj == nil {
 					return false, nil, nil
 				}
 				version++

@@ -50,6 +50,18 @@ func (s *Source) SetPodMirrors(m *index.Member, pods ...index.PodMirror) {
 	s.podGen[m] = s.stamps
 }
 
+// SetPodMirrorsOf gives every endpoint of mirror member m's slices a per-pod mirror, ready when
+// ready() says so.
+func (s *Source) SetPodMirrorsOf(m *index.Member, ready func() bool) {
+	var pods []index.PodMirror
+	for _, sl := range s.Slices(m) {
+		for _, e := range sl.Endpoints {
+			pods = append(pods, index.PodMirror{Addr: e.Addr(), Ready: ready()})
+		}
+	}
+	s.SetPodMirrors(m, pods...)
+}
+
 // PodMirror returns the per-pod mirror of address addr, ready or not.
 func PodMirror(addr string, ready bool) index.PodMirror {
 	return index.PodMirror{Addr: netip.MustParseAddr(addr), Ready: ready}
