@@ -49,12 +49,13 @@ func (s scheme) parse(qname, zone string) name {
 	return parseName(qname, zone)
 }
 
-// serviceDomain is the name of global service k under zone, where its records' names end.
-func (s scheme) serviceDomain(k index.Key, zone string) string {
+// serviceDomain is the name of global service k under zone, where its records' names end, in the
+// pieces that join to it: callers building many names write them in place, with no join of their own.
+func (s scheme) serviceDomain(k index.Key, zone string) [5]string {
 	if s == schemeMCS {
-		return k.Name + "." + k.Namespace + ".svc." + zone
+		return [5]string{k.Name, ".", k.Namespace, ".svc.", zone}
 	}
-	return k.Name + "." + k.Namespace + "." + zone
+	return [5]string{k.Name, ".", k.Namespace, ".", zone}
 }
 
 // parseMCSName parses qname, lower case and fully qualified, under zone, as KEP-1645's DNS

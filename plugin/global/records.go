@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -106,16 +105,17 @@ func (g *Global) addr(owner string, a netip.Addr) dns.RR {
 // A first pass sizes everything, so the answer takes a handful of allocations, not a few per
 // target: the records, the glue, and the target names cut from one string.
 func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port, proto string) (answer, extra []dns.RR) {
-	var perTier [256]int
-	suffix := "." + g.scheme(zone).serviceDomain(k, zone)
-	srvs, v4, v6, names := 0, 0, 0, 0
-	// The targets, merged from both families once: on the stack for the usual few.
-	var buf [16]index.Target
-	targets := buf[:0]
-	for t := range v.Targets() {
-		targets = append(targets, t)
+	domain := g.scheme(zone).serviceDomain(k, zone)
+	domainLen := 0
+	for _, s := range domain {
+		domainLen += len(s)
 	}
-	for _, t := range targets {
+	// The targets, merged from both families once, each with its count of matching ports: on
+	// the stack for the usual few.
+	var buf [8]srvTarget
+	targets := buf[:0]
+	srvs, v4, v6, names := 0, 0, 0, 0
+	for t := range v.Targets() {
 		n := 0
 		for _, p := range t.Ports {
 			if portMatches(p, port, proto) {
@@ -123,9 +123,9 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 			}
 		}
 		if n > 0 {
-			perTier[t.Tier] += n
+			targets = append(targets, srvTarget{t, n})
 			srvs, v4, v6 = srvs+n, v4+len(t.A), v6+len(t.AAAA)
-			names += len(t.Host) + 1 + len(t.Cluster) + len(suffix)
+			names += len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
 		}
 	}
 	if srvs == 0 {
@@ -134,11 +134,12 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 	var b strings.Builder
 	b.Grow(names)
 	for _, t := range targets {
-		if slices.ContainsFunc(t.Ports, func(p index.Port) bool { return portMatches(p, port, proto) }) {
-			b.WriteString(t.Host)
-			b.WriteByte('.')
-			b.WriteString(t.Cluster)
-			b.WriteString(suffix)
+		b.WriteString(t.Host)
+		b.WriteByte('.')
+		b.WriteString(t.Cluster)
+		b.WriteByte('.')
+		for _, s := range domain {
+			b.WriteString(s)
 		}
 	}
 	all := b.String()
@@ -146,27 +147,37 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 	answer, extra = rrs[:0:srvs], rrs[srvs:srvs]
 	srvRecords := make([]dns.SRV, srvs)
 	glue := records{a: make([]aRecord, v4), aaaa: make([]aaaaRecord, v6)}
-	for _, t := range targets {
-		target := ""
+	weight := uint16(0)
+	for i, t := range targets {
+		if i == 0 || t.Tier != targets[i-1].Tier {
+			// Targets come in tier order: the tier's records are this target's and the next ones'.
+			inTier := 0
+			for _, u := range targets[i:] {
+				if u.Tier != t.Tier {
+					break
+				}
+				inTier += u.srvs
+			}
+			weight = uint16(max(1, 100/inTier))
+		}
+		n := len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
+		target := all[:n]
+		all = all[n:]
+		for _, r := range t.A {
+			extra = append(extra, glue.next(g, target, r.Addr(), 0))
+		}
+		for _, r := range t.AAAA {
+			extra = append(extra, glue.next(g, target, r.Addr(), 0))
+		}
 		for _, p := range t.Ports {
 			if !portMatches(p, port, proto) {
 				continue
-			}
-			if target == "" {
-				n := len(t.Host) + 1 + len(t.Cluster) + len(suffix)
-				target, all = all[:n], all[n:]
-				for _, r := range t.A {
-					extra = append(extra, glue.next(g, target, r.Addr(), 0))
-				}
-				for _, r := range t.AAAA {
-					extra = append(extra, glue.next(g, target, r.Addr(), 0))
-				}
 			}
 			srv := &srvRecords[len(answer)]
 			*srv = dns.SRV{
 				Hdr:      g.hdr(owner, dns.TypeSRV),
 				Priority: uint16(t.Tier),
-				Weight:   uint16(max(1, 100/perTier[t.Tier])),
+				Weight:   weight,
 				Port:     uint16(p.Port),
 				Target:   target,
 			}
@@ -174,6 +185,12 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 		}
 	}
 	return answer, extra
+}
+
+// srvTarget is a target of an SRV answer and how many of its ports the question matches.
+type srvTarget struct {
+	index.Target
+	srvs int
 }
 
 // glue returns the A and/or AAAA records of the addresses this server listens on.
