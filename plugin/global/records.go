@@ -110,6 +110,8 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 	for _, s := range domain {
 		domainLen += len(s)
 	}
+	// The length of a target's name, <host>.<cluster>.<domain>: what the builder below writes.
+	nameLen := func(t index.Target) int { return len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen }
 	// The targets, merged from both families once, each with its count of matching ports: on
 	// the stack for the usual few.
 	var buf [8]srvTarget
@@ -125,7 +127,7 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 		if n > 0 {
 			targets = append(targets, srvTarget{t, n})
 			srvs, v4, v6 = srvs+n, v4+len(t.A), v6+len(t.AAAA)
-			names += len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
+			names += nameLen(t)
 		}
 	}
 	if srvs == 0 {
@@ -160,7 +162,7 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 			}
 			weight = uint16(max(1, 100/inTier))
 		}
-		n := len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
+		n := nameLen(t.Target)
 		target := all[:n]
 		all = all[n:]
 		for _, r := range t.A {

@@ -241,7 +241,7 @@ func bigGlobalService(per int) (*indextest.Source, index.Key, *index.Member, *in
 	var sls []*index.Slice
 	for s := 0; s < 10000; s += per {
 		var eps []index.Endpoint
-		for e := s; e < s+per; e++ {
+		for e := s; e < min(s+per, 10000); e++ {
 			eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
 		}
 		sls = append(sls, indextest.Slice(ports, eps...))
