@@ -1,11 +1,11 @@
 package index
 
 import (
+	"cmp"
 	"context"
 	"hash/maphash"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,19 +45,28 @@ const (
 	depthMax = 64 / 4
 )
 
-// shard is a leaf's global services, sorted by name: a change copies it (one memmove of 24
-// bytes a name, no rehashing), and the leaves are most of the snapshot's own memory (a map of a
-// few names is several times their size).
+// shard is a leaf's global services, sorted by their names' hashes: a change copies it (one
+// memmove of 32 bytes a name, no rehashing), and the leaves are most of the snapshot's own memory
+// (a map of a few names is several times their size). The hash is kept beside the name so a search
+// compares numbers in the leaf, and reads one name's bytes (elsewhere in memory) only to confirm:
+// with 100,000 names, comparing strings missed the cache at every step of the search.
 type shard []entry
 
 type entry struct {
+	hash uint64
 	name string
 	*named
 }
 
-// find returns where name is, or would be, in sh.
-func (sh shard) find(name string) (int, bool) {
-	return slices.BinarySearchFunc(sh, name, func(e entry, name string) int { return strings.Compare(e.name, name) })
+// find returns where name, of hash h, is or would be in sh.
+func (sh shard) find(name string, h uint64) (int, bool) {
+	i, _ := slices.BinarySearchFunc(sh, h, func(e entry, h uint64) int { return cmp.Compare(e.hash, h) })
+	for ; i < len(sh) && sh[i].hash == h; i++ { // names whose hashes are equal, in any order
+		if sh[i].name == name {
+			return i, true
+		}
+	}
+	return i, false
 }
 
 // named is the global services of one name: one per namespace, sorted by namespace. Immutable.
@@ -81,7 +90,7 @@ func (s *Snapshot) named(name string) *named {
 	if n == nil {
 		return nil
 	}
-	if at, ok := n.leaf.find(name); ok {
+	if at, ok := n.leaf.find(name, h); ok {
 		return n.leaf[at].named
 	}
 	return nil
@@ -315,7 +324,7 @@ func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
 		depth++
 	}
 	leaf := *at
-	e, had := leaf.leaf.find(k.Name)
+	e, had := leaf.leaf.find(k.Name, h)
 
 	n := named{}
 	if had {
@@ -342,7 +351,7 @@ func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
 	case had:
 		leaf.leaf[e].named = &n
 	default:
-		leaf.leaf = slices.Insert(leaf.leaf, e, entry{k.Name, &n})
+		leaf.leaf = slices.Insert(leaf.leaf, e, entry{h, k.Name, &n})
 		if len(leaf.leaf) > leafMax && depth < depthMax {
 			*at = leaf.split(depth)
 		}
@@ -385,7 +394,7 @@ func newBranch(kids *[fanout]*node) *node {
 func (n *node) split(depth int) *node {
 	b := newBranch(nil)
 	for _, e := range n.leaf { // in order: each new leaf is sorted too
-		k := &b.kids[kid(hashOf(e.name), depth)]
+		k := &b.kids[kid(e.hash, depth)]
 		if *k == nil {
 			*k = &node{}
 		}
