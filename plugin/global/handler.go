@@ -119,6 +119,11 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 	}
 
 	switch {
+	case n.kind == kindSRV && qtype == dns.TypeSRV && !view.Empty():
+		// The name exists exactly when it has an SRV record: the answer decides, in one pass.
+		if m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, n.port, n.proto); len(m.Answer) == 0 {
+			m.Rcode = dns.RcodeNameError
+		}
 	case !exists(snap, n, view):
 		m.Rcode = dns.RcodeNameError
 	case n.kind == kindVersion:
@@ -126,10 +131,7 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 			m.Answer = []dns.RR{&dns.TXT{Hdr: g.hdr(owner, dns.TypeTXT), Txt: []string{mcsVersion}}}
 		}
 	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
-	case n.kind == kindSRV:
-		if qtype == dns.TypeSRV {
-			m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, n.port, n.proto)
-		}
+	case n.kind == kindSRV: // and not an SRV question: NODATA
 	case qtype == dns.TypeA:
 		m.Answer = g.addrs(owner, view.A)
 	case qtype == dns.TypeAAAA:
