@@ -111,8 +111,8 @@ func (g *Global) explainAmbiguous(snap *index.Snapshot, n name) []string {
 	candidates := snap.Namespaces(n.svc)
 	lines := []string{fmt.Sprintf("name=%s ambiguous=true namespaces=%s: ask for %s.<namespace>, or list one in prefer_namespaces",
 		n.svc, strings.Join(candidates, ","), n.svc)}
-	for _, ns := range candidates {
-		lines = append(lines, g.explainService("", snap, name{kind: kindService, svc: n.svc, ns: ns}, snap.Service(index.Key{Namespace: ns, Name: n.svc}), false)[0])
+	for _, svc := range snap.Named(n.svc) {
+		lines = append(lines, g.explainService("", snap, name{kind: kindService, svc: n.svc, ns: svc.Namespace}, svc, false)[0])
 	}
 	return lines
 }

@@ -205,45 +205,43 @@ func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot
 	if n.svc == "" { // not a service's name
 		return nil, true
 	}
-	ns := n.ns
-	if n.short {
-		candidates := snap.Namespaces(n.svc)
-		switch len(candidates) {
-		case 0:
-			return nil, true
-		case 1:
-			ns = candidates[0]
-		default:
-			ns = preferred(g.preferNamespaces, candidates)
-			if ns == "" {
-				// NXDOMAIN, not REFUSED: measured (README), REFUSED sends clients on to every other
-				// nameserver in resolv.conf, public ones included, and applications see a temporary
-				// failure. A namespace of that name whose services answer keeps the name an empty
-				// non-terminal: NODATA.
-				if !snap.HasNamespace(n.svc) {
-					m.Rcode = dns.RcodeNameError
-				}
-				m.Ns = []dns.RR{g.soa(state.Zone, snap)}
-				setEDE(state.Req, m, dns.ExtendedErrorCodeOther, fmt.Sprintf(
-					"global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
-					n.svc, strings.Join(candidates, ", "), n.svc, state.Zone))
-				return nil, false
-			}
-		}
+	if !n.short {
+		return snap.Service(index.Key{Namespace: n.ns, Name: n.svc}), true
 	}
-	return snap.Service(index.Key{Namespace: ns, Name: n.svc}), true
+	named := snap.Named(n.svc)
+	switch len(named) {
+	case 0:
+		return nil, true
+	case 1:
+		return named[0], true
+	}
+	if svc = preferred(g.preferNamespaces, named); svc != nil {
+		return svc, true
+	}
+	// NXDOMAIN, not REFUSED: measured (README), REFUSED sends clients on to every other
+	// nameserver in resolv.conf, public ones included, and applications see a temporary
+	// failure. A namespace of that name whose services answer keeps the name an empty
+	// non-terminal: NODATA.
+	if !snap.HasNamespace(n.svc) {
+		m.Rcode = dns.RcodeNameError
+	}
+	m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+	setEDE(state.Req, m, dns.ExtendedErrorCodeOther, fmt.Sprintf(
+		"global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
+		n.svc, strings.Join(snap.Namespaces(n.svc), ", "), n.svc, state.Zone))
+	return nil, false
 }
 
-// preferred returns the first namespace of order that is among candidates, or "".
-func preferred(order, candidates []string) string {
+// preferred returns the service of the first namespace of order that candidates has, or nil.
+func preferred(order []string, candidates []*index.Service) *index.Service {
 	for _, ns := range order {
 		for _, c := range candidates {
-			if c == ns {
-				return ns
+			if c.Namespace == ns {
+				return c
 			}
 		}
 	}
-	return ""
+	return nil
 }
 
 // apex answers the zone's own name: SOA, NS, and NODATA for anything else.

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,34 +46,32 @@ const (
 	depthMax = 64 / 4
 )
 
-// shard is a leaf's global services, sorted by their names' hashes: a change copies it (one
-// memmove of 32 bytes a name, no rehashing), and the leaves are most of the snapshot's own memory
-// (a map of a few names is several times their size). The hash is kept beside the name so a search
-// compares numbers in the leaf, and reads one name's bytes (elsewhere in memory) only to confirm:
-// with 100,000 names, comparing strings missed the cache at every step of the search.
+// shard is a leaf's global services, by name, sorted by their names' hashes: a change copies it
+// (one memmove of 32 bytes a name, no rehashing), and the leaves are most of the snapshot's own
+// memory (a map of a few names is several times their size). The hash is kept beside the services
+// so a search compares numbers in the leaf, and reads one name's bytes (elsewhere in memory) only
+// to confirm: with 100,000 names, comparing strings missed the cache at every step.
 type shard []entry
 
+// entry is the global services of one name: one per namespace, sorted by namespace, never none.
+// Its name is theirs, not stored again, and the services are found in one step, not through a
+// separate table of namespaces.
 type entry struct {
-	hash uint64
-	name string
-	*named
+	hash     uint64
+	services []*Service
 }
+
+func (e *entry) name() string { return e.services[0].Name }
 
 // find returns where name, of hash h, is or would be in sh.
 func (sh shard) find(name string, h uint64) (int, bool) {
 	i, _ := slices.BinarySearchFunc(sh, h, func(e entry, h uint64) int { return cmp.Compare(e.hash, h) })
 	for ; i < len(sh) && sh[i].hash == h; i++ { // names whose hashes are equal, in any order
-		if sh[i].name == name {
+		if sh[i].name() == name {
 			return i, true
 		}
 	}
 	return i, false
-}
-
-// named is the global services of one name: one per namespace, sorted by namespace. Immutable.
-type named struct {
-	namespaces []string
-	services   []*Service
 }
 
 var nameSeed = maphash.MakeSeed()
@@ -82,7 +81,9 @@ func hashOf(name string) uint64 { return maphash.String(nameSeed, name) }
 // kid is where the names of hash h go below a branch at depth.
 func kid(h uint64, depth int) int { return int(h >> (4 * depth) % fanout) }
 
-func (s *Snapshot) named(name string) *named {
+// Named returns the global services called name, one per namespace, sorted by namespace. Shared:
+// do not change.
+func (s *Snapshot) Named(name string) []*Service {
 	n, h := s.root, hashOf(name)
 	for depth := 0; n != nil && n.kids != nil; depth++ {
 		n = n.kids[kid(h, depth)]
@@ -91,20 +92,16 @@ func (s *Snapshot) named(name string) *named {
 		return nil
 	}
 	if at, ok := n.leaf.find(name, h); ok {
-		return n.leaf[at].named
+		return n.leaf[at].services
 	}
 	return nil
 }
 
 // Service returns the global service k, or nil.
 func (s *Snapshot) Service(k Key) *Service {
-	n := s.named(k.Name)
-	if n == nil {
-		return nil
-	}
-	for i, ns := range n.namespaces {
-		if ns == k.Namespace {
-			return n.services[i]
+	for _, svc := range s.Named(k.Name) {
+		if svc.Namespace == k.Namespace {
+			return svc
 		}
 	}
 	return nil
@@ -112,10 +109,11 @@ func (s *Snapshot) Service(k Key) *Service {
 
 // Namespaces returns the namespaces, sorted, that have a global service called name.
 func (s *Snapshot) Namespaces(name string) []string {
-	if n := s.named(name); n != nil {
-		return n.namespaces
+	var out []string
+	for _, svc := range s.Named(name) {
+		out = append(out, svc.Namespace)
 	}
-	return nil
+	return out
 }
 
 // HasNamespace reports whether namespace ns has at least one global service that answers (has a
@@ -133,8 +131,8 @@ func (s *Snapshot) Keys() []Key {
 	out := make([]Key, 0, s.len)
 	s.root.leaves(func(leaf shard) {
 		for _, e := range leaf {
-			for _, ns := range e.namespaces {
-				out = append(out, Key{Namespace: ns, Name: e.name})
+			for _, svc := range e.services {
+				out = append(out, svc.Key)
 			}
 		}
 	})
@@ -326,32 +324,32 @@ func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
 	leaf := *at
 	e, had := leaf.leaf.find(k.Name, h)
 
-	n := named{}
+	var svcs []*Service
 	if had {
-		n = *leaf.leaf[e].named
+		svcs = leaf.leaf[e].services
 	}
-	i, found := slices.BinarySearch(n.namespaces, k.Namespace)
+	i, found := slices.BinarySearchFunc(svcs, k.Namespace, func(s *Service, ns string) int { return strings.Compare(s.Namespace, ns) })
 	switch {
 	case svc == nil:
 		s.len--
-		n.namespaces, n.services = slices.Delete(slices.Clone(n.namespaces), i, i+1), slices.Delete(slices.Clone(n.services), i, i+1)
+		svcs = slices.Delete(slices.Clone(svcs), i, i+1)
 	case !found:
 		s.len++
-		n.namespaces, n.services = slices.Insert(slices.Clone(n.namespaces), i, k.Namespace), slices.Insert(slices.Clone(n.services), i, svc)
+		svcs = slices.Insert(slices.Clone(svcs), i, svc)
 	default:
-		n.services = slices.Clone(n.services)
-		n.services[i] = svc
+		svcs = slices.Clone(svcs)
+		svcs[i] = svc
 	}
 	switch {
-	case len(n.namespaces) == 0:
+	case len(svcs) == 0:
 		leaf.leaf = slices.Delete(leaf.leaf, e, e+1)
 		if len(leaf.leaf) == 0 {
 			*at = nil
 		}
 	case had:
-		leaf.leaf[e].named = &n
+		leaf.leaf[e].services = svcs
 	default:
-		leaf.leaf = slices.Insert(leaf.leaf, e, entry{h, k.Name, &n})
+		leaf.leaf = slices.Insert(leaf.leaf, e, entry{h, svcs})
 		if len(leaf.leaf) > leafMax && depth < depthMax {
 			*at = leaf.split(depth)
 		}

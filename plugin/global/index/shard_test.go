@@ -5,7 +5,10 @@ import "testing"
 // TestShardFind: a leaf is searched by hash, then by name among the names of one hash, which a
 // 64-bit hash makes rare but the deepest leaf must hold.
 func TestShardFind(t *testing.T) {
-	sh := shard{{hash: 1, name: "a"}, {hash: 2, name: "c"}, {hash: 2, name: "b"}, {hash: 3, name: "d"}}
+	e := func(hash uint64, name string) entry {
+		return entry{hash, []*Service{{Key: Key{Namespace: "db", Name: name}}}}
+	}
+	sh := shard{e(1, "a"), e(2, "c"), e(2, "b"), e(3, "d")}
 	for _, c := range []struct {
 		name  string
 		hash  uint64
