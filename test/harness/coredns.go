@@ -286,6 +286,9 @@ func (c *CoreDNS) Kill() {
 // PID is the coredns process's id (for reading its memory from /proc).
 func (c *CoreDNS) PID() int { return c.proc.cmd.Process.Pid }
 
+// CPUTime returns the CPU time (user and system) coredns has used so far, read from /proc.
+func (c *CoreDNS) CPUTime() (time.Duration, bool) { return c.proc.cpuTime() }
+
 // Signal sends sig to the coredns process (e.g. SIGUSR1 to reload).
 func (c *CoreDNS) Signal(sig os.Signal) error {
 	if err := c.proc.cmd.Process.Signal(sig); err != nil {
