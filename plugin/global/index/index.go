@@ -49,8 +49,8 @@ const (
 // shard is a leaf's global services, by name, sorted by their names' hashes: a change copies it
 // (one memmove of 32 bytes a name, no rehashing), and the leaves are most of the snapshot's own
 // memory (a map of a few names is several times their size). The hash is kept beside the services
-// so a search compares numbers in the leaf, and reads one name's bytes (elsewhere in memory) only
-// to confirm: with 100,000 names, comparing strings missed the cache at every step.
+// so a search compares numbers in the leaf, and reads a name (its service's, elsewhere in memory)
+// only to confirm: with 100,000 names, comparing strings missed the cache at every step.
 type shard []entry
 
 // entry is the global services of one name: one per namespace, sorted by namespace, never none.
