@@ -108,10 +108,10 @@ func (g *Global) explainReplica(snap *index.Snapshot) []string {
 
 // explainAmbiguous explains a short name that several namespaces have: each candidate's summary.
 func (g *Global) explainAmbiguous(snap *index.Snapshot, n name) []string {
-	candidates := snap.Namespaces(n.svc)
+	candidates := snap.Named(n.svc)
 	lines := []string{fmt.Sprintf("name=%s ambiguous=true namespaces=%s: ask for %s.<namespace>, or list one in prefer_namespaces",
-		n.svc, strings.Join(candidates, ","), n.svc)}
-	for _, svc := range snap.Named(n.svc) {
+		n.svc, strings.Join(index.Namespaces(candidates), ","), n.svc)}
+	for _, svc := range candidates {
 		lines = append(lines, g.explainService("", snap, name{kind: kindService, svc: n.svc, ns: svc.Namespace}, svc, false)[0])
 	}
 	return lines

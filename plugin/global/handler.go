@@ -228,7 +228,7 @@ func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot
 	m.Ns = []dns.RR{g.soa(state.Zone, snap)}
 	setEDE(state.Req, m, dns.ExtendedErrorCodeOther, fmt.Sprintf(
 		"global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
-		n.svc, strings.Join(snap.Namespaces(n.svc), ", "), n.svc, state.Zone))
+		n.svc, strings.Join(index.Namespaces(named), ", "), n.svc, state.Zone))
 	return nil, false
 }
 

@@ -108,9 +108,12 @@ func (s *Snapshot) Service(k Key) *Service {
 }
 
 // Namespaces returns the namespaces, sorted, that have a global service called name.
-func (s *Snapshot) Namespaces(name string) []string {
+func (s *Snapshot) Namespaces(name string) []string { return Namespaces(s.Named(name)) }
+
+// Namespaces returns the namespaces of svcs, the services of one name from Named, in order.
+func Namespaces(svcs []*Service) []string {
 	var out []string
-	for _, svc := range s.Named(name) {
+	for _, svc := range svcs {
 		out = append(out, svc.Namespace)
 	}
 	return out
