@@ -80,18 +80,19 @@ func run(ctx context.Context, o options) error {
 	// and their upkeep takes a share too. The control plane starts with the first step that uses it.
 	var cp *harness.ControlPlane
 	for _, step := range []struct {
-		name string
-		run  func(context.Context, *harness.ControlPlane, options, *report) error
+		name           string
+		run            func(context.Context, *harness.ControlPlane, options, *report) error
+		noControlPlane bool
 	}{
-		{"micro: Go benchmarks", micro},
-		{"throughput: queries per second and latency", throughput},
-		{"programming: change to answer, and writer cost", programming},
-		{"scale: memory and time to ready", scale},
+		{"micro: Go benchmarks", micro, true},
+		{"throughput: queries per second and latency", throughput, false},
+		{"programming: change to answer, and writer cost", programming, false},
+		{"scale: memory and time to ready", scale, false},
 	} {
 		if !strings.Contains(step.name, o.only) {
 			continue
 		}
-		if cp == nil && !strings.HasPrefix(step.name, "micro") {
+		if cp == nil && !step.noControlPlane {
 			fmt.Println("starting the control plane ...")
 			if cp, err = harness.StartControlPlane(ctx, harness.Options{Dir: filepath.Join(o.work, "controlplane")}); err != nil {
 				return err
