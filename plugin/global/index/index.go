@@ -107,10 +107,7 @@ func (s *Snapshot) Service(k Key) *Service {
 	return nil
 }
 
-// Namespaces returns the namespaces, sorted, that have a global service called name.
-func (s *Snapshot) Namespaces(name string) []string { return Namespaces(s.Named(name)) }
-
-// Namespaces returns the namespaces of svcs, the services of one name from Named, in order.
+// Namespaces returns the namespaces of svcs, the services of one name from Named: sorted.
 func Namespaces(svcs []*Service) []string {
 	var out []string
 	for _, svc := range svcs {

@@ -201,8 +201,8 @@ func TestIndexPublishes(t *testing.T) {
 	if !ix.Ready() || snap.Service(foo) == nil {
 		t.Fatalf("after Start: ready %v, foo %v", ix.Ready(), snap.Service(foo))
 	}
-	if ns := snap.Namespaces("foo"); !slices.Equal(ns, []string{"db"}) || !snap.HasNamespace("db") {
-		t.Errorf("Namespaces(foo) = %v, HasNamespace(db) = %v", ns, snap.HasNamespace("db"))
+	if ns := index.Namespaces(snap.Named("foo")); !slices.Equal(ns, []string{"db"}) || !snap.HasNamespace("db") {
+		t.Errorf("Namespaces(Named(foo)) = %v, HasNamespace(db) = %v", ns, snap.HasNamespace("db"))
 	}
 
 	// The same name in a second namespace; then the first one goes away.
@@ -210,17 +210,17 @@ func TestIndexPublishes(t *testing.T) {
 	m := src.Add(other, &index.Member{Namespace: "app", Name: "foo", Origin: index.Origin{Ports: dbPort}})
 	ix.Changed(other)
 	ix.Publish()
-	if ns := ix.Snapshot().Namespaces("foo"); !slices.Equal(ns, []string{"app", "db"}) {
-		t.Errorf("Namespaces(foo) = %v, want [app db]", ns)
+	if ns := index.Namespaces(ix.Snapshot().Named("foo")); !slices.Equal(ns, []string{"app", "db"}) {
+		t.Errorf("Namespaces(Named(foo)) = %v, want [app db]", ns)
 	}
-	if ns := snap.Namespaces("foo"); !slices.Equal(ns, []string{"db"}) {
+	if ns := index.Namespaces(snap.Named("foo")); !slices.Equal(ns, []string{"db"}) {
 		t.Errorf("an older snapshot changed: %v", ns)
 	}
 	src.Remove(other, m)
 	ix.Changed(other)
 	ix.Publish()
-	if s := ix.Snapshot(); s.Service(other) != nil || s.HasNamespace("app") || !slices.Equal(s.Namespaces("foo"), []string{"db"}) {
-		t.Errorf("after removal: %v %v %v", s.Service(other), s.HasNamespace("app"), s.Namespaces("foo"))
+	if s := ix.Snapshot(); s.Service(other) != nil || s.HasNamespace("app") || !slices.Equal(index.Namespaces(s.Named("foo")), []string{"db"}) {
+		t.Errorf("after removal: %v %v %v", s.Service(other), s.HasNamespace("app"), index.Namespaces(s.Named("foo")))
 	}
 	if want := []index.Key{foo, other, other}; !slices.Equal(notified, want) {
 		t.Errorf("notified %v, want %v", notified, want)

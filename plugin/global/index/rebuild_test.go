@@ -257,7 +257,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		}
 		for name, want := range nss {
 			slices.Sort(want)
-			if got := s.Namespaces(name); !slices.Equal(got, want) {
+			if got := index.Namespaces(s.Named(name)); !slices.Equal(got, want) {
 				t.Fatalf("Namespaces(%s) = %v, want %v", name, got, want)
 			}
 		}
@@ -266,7 +266,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 				t.Fatalf("HasNamespace(%s) = %v, want %v", ns, s.HasNamespace(ns), answering[ns])
 			}
 		}
-		if s.Service(index.Key{Namespace: "zz", Name: "s1"}) != nil || s.Namespaces("none") != nil {
+		if s.Service(index.Key{Namespace: "zz", Name: "s1"}) != nil || index.Namespaces(s.Named("none")) != nil {
 			t.Fatal("a service that never was")
 		}
 		if most, limit := index.LargestLeaf(s); most > limit {
