@@ -177,15 +177,15 @@ func scale(ctx context.Context, cp *harness.ControlPlane, o options, r *report) 
 		return r, nil
 	}
 	summarize := func(rs []result, base result, records int) summary {
-		var ready, cpu, cp, heap, rss []float64
+		var ready, cpu, cpCPU, heap, rss []float64
 		var runs []string
 		for _, r := range rs {
 			ready, heap, rss = append(ready, r.ready.Seconds()), append(heap, r.heap), append(rss, r.rss)
-			cpu, cp = append(cpu, r.cpu.Seconds()), append(cp, r.cpCPU.Seconds())
+			cpu, cpCPU = append(cpu, r.cpu.Seconds()), append(cpCPU, r.cpCPU.Seconds())
 			runs = append(runs, r.ready.Round(time.Millisecond).String())
 		}
 		seconds := func(xs []float64) time.Duration { return time.Duration(quantile(xs, .5) * float64(time.Second)) }
-		x := summary{ready: seconds(ready), runs: strings.Join(runs, ", "), cpu: seconds(cpu), cpCPU: seconds(cp),
+		x := summary{ready: seconds(ready), runs: strings.Join(runs, ", "), cpu: seconds(cpu), cpCPU: seconds(cpCPU),
 			heap: quantile(heap, .5), rss: quantile(rss, .5)}
 		x.perRecord = (x.heap - base.heap) / float64(records)
 		return x
