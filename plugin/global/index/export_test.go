@@ -96,10 +96,11 @@ func checkParts(inc *incremental) string {
 			if i < 0 {
 				return fmt.Sprintf("record %+v is not in its slice %d", *r.Endpoint, r.slice)
 			}
-			// Its endpoint's copy, or a not-ready copy of a ready one (gateway down).
+			// Its endpoint's copy, or one its per-pod mirror made ready (gateway up) or not (down).
 			if e := sl.Endpoints[i]; !sameEndpoint(&e, r.Endpoint) {
-				e.Ready, e.Serving = false, false
-				if r.Gateway != GatewayDown || !sameEndpoint(&e, r.Endpoint) {
+				up := r.Gateway == GatewayUp
+				e.Ready, e.Serving = up, up
+				if r.Gateway == GatewayUnknown || !sameEndpoint(&e, r.Endpoint) {
 					return fmt.Sprintf("record %+v is not its slice's %+v", *r.Endpoint, sl.Endpoints[i])
 				}
 			}

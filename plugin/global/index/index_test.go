@@ -238,8 +238,9 @@ func TestIndexPublishes(t *testing.T) {
 	}
 }
 
-// A mirror record is answered only while its per-pod mirror (Linkerd's gateway liveness) is ready;
-// without a per-pod mirror it keeps the headless mirror's readiness.
+// A mirror record is answered exactly while its per-pod mirror (Linkerd's gateway liveness) is
+// ready, whatever the headless mirror says; without a per-pod mirror it keeps the headless mirror's
+// readiness.
 func TestBuildGatewayLiveness(t *testing.T) {
 	src := scenario()
 	west := src.Members(foo)[2]
@@ -283,6 +284,23 @@ func TestBuildGatewayLiveness(t *testing.T) {
 	src.SetPodMirrors(west, indextest.PodMirror("10.96.0.20", true), indextest.PodMirror("10.96.0.10", true))
 	if n := len(indextest.Topology().Build(foo, src).All().A); n != 5 {
 		t.Errorf("gateway up again: %d A records, want 5", n)
+	}
+	// South's headless mirror lists foo-0 as not ready, as Linkerd leaves it after rewriting it
+	// while the gateway was down; its per-pod mirror, ready again, is the current word.
+	south := src.Members(foo)[3]
+	src.SetPodMirrors(south, indextest.PodMirror("10.96.2.1", true))
+	svc = indextest.Topology().Build(foo, src)
+	if r, ok := svc.Host("south", "foo-0"); !ok || !r.A[0].Ready || !r.A[0].Serving || r.A[0].State() != index.StateReady {
+		t.Errorf("south/foo-0, not ready in the headless mirror, its per-pod mirror ready: answered %v (%+v)", ok, r)
+	}
+	for _, sl := range src.Slices(south) {
+		if sl.Endpoints[0].Ready {
+			t.Error("the source endpoint of south/foo-0 was changed")
+		}
+	}
+	src.SetPodMirrors(south, indextest.PodMirror("10.96.2.1", false))
+	if _, ok := indextest.Topology().Build(foo, src).Host("south", "foo-0"); ok {
+		t.Error("south/foo-0 answered with its per-pod mirror not ready")
 	}
 }
 

@@ -268,10 +268,10 @@ func (rb *recordBuilder) add(rs []Record, sl *Slice, ordinal uint32, only []bool
 		}
 		ep := &sl.Endpoints[e]
 		r := Record{Endpoint: ep, Origin: rb.origin, Tier: rb.tier, Gateway: rb.pods.of(ep.Addr()), slice: ordinal}
-		if r.Gateway == GatewayDown && (ep.Ready || ep.Serving) {
-			down := *ep
-			down.Ready, down.Serving = false, false
-			r.Endpoint = &down
+		if up := r.Gateway == GatewayUp; r.Gateway != GatewayUnknown && (ep.Ready != up || ep.Serving != up) {
+			gated := *ep
+			gated.Ready, gated.Serving = up, up
+			r.Endpoint = &gated
 		}
 		rs = append(rs, r)
 	}
@@ -399,8 +399,8 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 		return false
 	}
 
-	// The records that go: found by their endpoint, in either readiness (a gateway down makes a
-	// ready endpoint's record not ready).
+	// The records that go: found by their endpoint, in either readiness (a per-pod mirror makes a
+	// ready endpoint's record not ready, or a not-ready one's ready).
 	origins := sc.origins.make(len(s.Members)) // each member's cluster, for the search
 	tiers := sc.tiers.make(len(s.Members))
 	for i, m := range s.Members {
@@ -566,12 +566,9 @@ func (b *buffer[T]) clear() {
 
 // findRecord returns where in rs, a big service's records whose first ready are ready, the
 // record of slice ordinal o for probe's endpoint is, and the record; -1 and nil when there is none.
+// Both readinesses are searched: a mirror record's per-pod mirror decides it, not its endpoint.
 func findRecord(rs Records, ready int, probe Record, o uint32) (int, *Record) {
-	spans := [][2]int{{0, ready}, {ready, rs.Len()}}
-	if !probe.Ready { // never a ready record: only a ready endpoint's gateway can make it not ready
-		spans = spans[1:]
-	}
-	for _, span := range spans {
+	for _, span := range [][2]int{{0, ready}, {ready, rs.Len()}} {
 		i := rs.search(span[0], span[1], func(r *Record) bool { return compareEndpoints(*r, probe) >= 0 })
 		if i < span[1] {
 			if r := rs.At(i); compareEndpoints(*r, probe) == 0 && r.slice == o {

@@ -125,8 +125,14 @@ type Placement struct {
 
 // PodMirror is one of Linkerd's per-pod mirrors of a headless mirror member: the ClusterIP
 // Service whose address is a record's address, and whether it has a ready endpoint. Linkerd marks
-// those endpoints not ready while the linked cluster's gateway fails its probe, and never touches
-// the headless mirror itself, so this is the only signal that a linked cluster is unreachable.
+// those endpoints not ready while the linked cluster's gateway fails its probe, and keeps them
+// current (on every probe change and every endpoint-refresh-period), so this is the signal that a
+// linked cluster is reachable. The headless mirror's own readiness is not: Linkerd marks its
+// addresses not ready only when it rewrites it while the gateway is down, and leaves them so after
+// the gateway returns (linkerd2 multicluster/service-mirror: cluster_watcher_headless.go
+// createOrUpdateHeadlessEndpoints mirrors only ready remote addresses, through
+// cluster_watcher.go updateMirrorEndpoints -> updateReadiness; repairEndpoints skips headless
+// mirrors).
 type PodMirror struct {
 	Addr  netip.Addr // the per-pod Service's ClusterIP
 	Ready bool       // some EndpointSlice of it has a ready endpoint
@@ -154,8 +160,8 @@ type Gateway uint8
 
 // Gateway states.
 const (
-	GatewayUnknown Gateway = iota // a local record, or a mirror record without a per-pod mirror
-	GatewayUp                     // the per-pod mirror has a ready endpoint
+	GatewayUnknown Gateway = iota // a local record, or a mirror record without a per-pod mirror: its endpoint's readiness
+	GatewayUp                     // the per-pod mirror has a ready endpoint: the record is ready, whatever the headless mirror says
 	GatewayDown                   // it has none: the record is answered as not ready
 )
 
