@@ -91,8 +91,9 @@ func gatewayPorts(ports []Port) []corev1.EndpointPort {
 }
 
 // RemoteEndpoint is a pod of the remote StatefulSet. Linkerd mirrors only ready remote pods
-// (cluster_watcher_headless.go): one that is not ready has no per-pod mirror and is not in the
-// headless mirror's Endpoints, unless Mirror.RootNotReady asks for the older shape.
+// (cluster_watcher_headless.go createOrUpdateHeadlessEndpoints reads the remote Endpoints'
+// addresses, never its notReadyAddresses): one that is not ready has no per-pod mirror and is not
+// in the headless mirror's Endpoints.
 type RemoteEndpoint struct {
 	Hostname string
 	Ready    bool
@@ -110,16 +111,15 @@ type Mirror struct {
 	// Linkerd produces in an IPv6 cluster. (Linkerd sets no IP family; the
 	// harness cluster is dual-stack, IPv4 first.)
 	IPv6 bool
-	// GatewayDown creates the per-pod mirrors' Endpoints as Linkerd does while
-	// the cluster's gateway fails its probe: the gateway address in
-	// notReadyAddresses (cluster_watcher.go createMirrorEndpoints ->
-	// updateReadiness). SetGateway flips existing mirrors.
+	// GatewayDown is the service mirror's belief that the cluster's gateway
+	// fails its probe (cluster_watcher.go getGatewayAlive) while it writes:
+	// every Endpoints it then creates or updates through createMirrorEndpoints
+	// or updateMirrorEndpoints has its addresses moved to notReadyAddresses
+	// (updateReadiness). That is each per-pod mirror it creates, and, in
+	// UpdateMirror, the headless mirror itself; CreateMirror creates the
+	// headless mirror's Endpoints directly, ready (createHeadlessMirrorEndpoints).
+	// SetGateway flips existing per-pod mirrors.
 	GatewayDown bool
-	// RootNotReady writes the older shape, which current Linkerd still writes
-	// when it updates a headless mirror while the gateway is down
-	// (updateMirrorEndpoints): endpoints that are not ready go to the
-	// headless mirror's notReadyAddresses and keep their per-pod mirror.
-	RootNotReady bool
 }
 
 // MirroredName is the local name Linkerd gives remote name: <name>-<cluster>.
@@ -172,10 +172,9 @@ func fqName(service, namespace string) string {
 //     whose addresses are {hostname, ClusterIP of the per-pod Service} and
 //     whose ports are the remote TARGET ports.
 //
-// The headless mirror's addresses are always ready: gateway liveness is on
+// The headless mirror's addresses are created ready: gateway liveness is on
 // the per-pod mirrors (see SetGateway). Endpoints that are not ready are left
-// out, as Linkerd mirrors only the remote Endpoints' ready addresses (or, with
-// RootNotReady, put in notReadyAddresses).
+// out, as Linkerd mirrors only the remote Endpoints' ready addresses.
 func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*MirrorObjects, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
@@ -215,7 +214,7 @@ func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 	}
 	ep := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: m.endpointsAnnotations()},
-		Subsets:    m.subsets(objs),
+		Subsets:    m.subsets(objs, true),
 	}
 	if _, err := c.CoreV1().Endpoints(m.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create headless mirror endpoints %s/%s: %w", m.Namespace, name, err)
@@ -223,11 +222,19 @@ func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 	return objs, nil
 }
 
-// UpdateMirror re-applies m to a mirror made by CreateMirror, as Linkerd
-// does on a remote change: per-pod Services for new endpoints are created,
-// those of removed endpoints deleted (with their Endpoints), the headless
-// Service's labels and ports refreshed, and the headless Endpoints updated
-// (so readiness moves between addresses and notReadyAddresses).
+// UpdateMirror does to a mirror made by CreateMirror what Linkerd's service
+// mirror does when the remote Endpoints of the exported service change, m
+// being the remote state (cluster_watcher_headless.go
+// createOrUpdateHeadlessEndpoints): a per-pod mirror is created for each
+// newly ready remote endpoint (createEndpointMirrorService), those of
+// endpoints no longer ready there are deleted (with their Endpoints: no
+// endpoints controller runs here), and the headless mirror's Endpoints get
+// the new subset through updateMirrorEndpoints, everything else of them kept.
+// With m.GatewayDown, updateReadiness puts every address of the headless
+// mirror in notReadyAddresses, where it stays until the next such update:
+// repairEndpoints, which follows the gateway, skips headless mirrors
+// (cluster_watcher.go). The headless Service is not touched: a change of the
+// remote Service is another path.
 func UpdateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*MirrorObjects, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
@@ -259,26 +266,11 @@ func UpdateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 		}
 	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		svc, err := c.CoreV1().Services(m.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		svc.Labels = mirrorLabels(m.Cluster, m.Labels)
-		svc.Spec.Ports = servicePorts(m.Ports)
-		_, err = c.CoreV1().Services(m.Namespace).Update(ctx, svc, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("update headless mirror service %s/%s: %w", m.Namespace, name, err)
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ep, err := c.CoreV1().Endpoints(m.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		ep.Labels = mirrorLabels(m.Cluster, m.Labels)
-		ep.Annotations = m.endpointsAnnotations()
-		ep.Subsets = m.subsets(objs)
+		ep.Subsets = m.subsets(objs, !m.GatewayDown)
 		_, err = c.CoreV1().Endpoints(m.Namespace).Update(ctx, ep, metav1.UpdateOptions{})
 		return err
 	})
@@ -327,37 +319,34 @@ func (m Mirror) endpointsAnnotations() map[string]string {
 	return a
 }
 
-// mirrored returns the remote endpoints Linkerd mirrors: the ready ones, or
-// all of them in the RootNotReady shape.
+// mirrored returns the remote endpoints Linkerd mirrors: the ready ones.
 func (m Mirror) mirrored() []RemoteEndpoint {
 	var out []RemoteEndpoint
 	for _, e := range m.Endpoints {
-		if e.Ready || m.RootNotReady {
+		if e.Ready {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// subsets builds the headless mirror Endpoints' single subset.
-func (m Mirror) subsets(objs *MirrorObjects) []corev1.EndpointSubset {
-	var s corev1.EndpointSubset
+// subsets builds the headless mirror Endpoints' single subset: every mirrored
+// endpoint, in addresses while the service mirror believes the gateway alive,
+// in notReadyAddresses otherwise (updateReadiness).
+func (m Mirror) subsets(objs *MirrorObjects, alive bool) []corev1.EndpointSubset {
+	var addrs []corev1.EndpointAddress
 	for _, e := range m.mirrored() {
-		a := corev1.EndpointAddress{Hostname: e.Hostname, IP: objs.ClusterIPs[e.Hostname]}
-		if e.Ready {
-			s.Addresses = append(s.Addresses, a)
-		} else {
-			s.NotReadyAddresses = append(s.NotReadyAddresses, a)
-		}
+		addrs = append(addrs, corev1.EndpointAddress{Hostname: e.Hostname, IP: objs.ClusterIPs[e.Hostname]})
 	}
-	if len(s.Addresses)+len(s.NotReadyAddresses) == 0 {
+	if len(addrs) == 0 {
 		return nil
 	}
 	// The remote Endpoints' ports, copied by Linkerd: the target ports.
+	var ports []corev1.EndpointPort
 	for _, p := range m.Ports {
-		s.Ports = append(s.Ports, corev1.EndpointPort{Name: p.Name, Port: p.target(), Protocol: p.protocol()})
+		ports = append(ports, corev1.EndpointPort{Name: p.Name, Port: p.target(), Protocol: p.protocol()})
 	}
-	return []corev1.EndpointSubset{s}
+	return []corev1.EndpointSubset{gatewaySubset(addrs, ports, alive)}
 }
 
 // createPodMirror creates the per-pod "endpoint mirror" Service of hostname
@@ -400,9 +389,8 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 	return nil
 }
 
-// gatewaySubset is a subset of gateway addresses, in addresses while the
-// gateway is alive and in notReadyAddresses while it is not (Linkerd's
-// updateReadiness).
+// gatewaySubset is a subset of addrs, in addresses while the gateway is
+// alive and in notReadyAddresses while it is not (Linkerd's updateReadiness).
 func gatewaySubset(addrs []corev1.EndpointAddress, ports []corev1.EndpointPort, alive bool) corev1.EndpointSubset {
 	if alive {
 		return corev1.EndpointSubset{Addresses: addrs, Ports: ports}

@@ -332,13 +332,12 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 	}))
 
 	// IPv6 mirror: per-pod ClusterIPs are IPv6, so the mirrored slice is IPv6.
-	objs, err := CreateMirror(ctx, c, Mirror{
+	m := Mirror{
 		Namespace: "v6", Service: "six", Cluster: "west", IPv6: true,
 		Ports:     []Port{{Name: "http", Port: 80, TargetPort: 8080}},
-		Endpoints: []RemoteEndpoint{{Hostname: "six-0", Ready: true}, {Hostname: "six-1", Ready: false}},
-		// The older shape: not ready in the headless mirror's notReadyAddresses.
-		RootNotReady: true,
-	})
+		Endpoints: []RemoteEndpoint{{Hostname: "six-0", Ready: true}, {Hostname: "six-1", Ready: true}},
+	}
+	objs, err := CreateMirror(ctx, c, m)
 	must(t, err)
 	for h, ip := range objs.ClusterIPs {
 		if a := net.ParseIP(ip); a == nil || a.To4() != nil {
@@ -348,9 +347,22 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 	must(t, WaitForSlices(ctx, c, "v6", "six-west", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
 		return len(s) == 1 && s[0].AddressType == discoveryv1.AddressTypeIPv6 &&
-			sameReadiness(map[string]bool{"six-0": true, "six-1": false})(s)
+			sameReadiness(map[string]bool{"six-0": true, "six-1": true})(s)
 	}))
 	t.Logf("IPv6 mirror: %s", DescribeSlices(got))
+	// six-1 turns not ready there while the service mirror holds the gateway down: six-1 leaves
+	// the headless mirror, and six-0 is rewritten into its notReadyAddresses.
+	m.Endpoints[1].Ready, m.GatewayDown = false, true
+	objs, err = UpdateMirror(ctx, c, m)
+	must(t, err)
+	must(t, WaitForSlices(ctx, c, "v6", "six-west", func(s []discoveryv1.EndpointSlice) bool {
+		got = s
+		return len(s) == 1 && s[0].AddressType == discoveryv1.AddressTypeIPv6 && sameReadiness(map[string]bool{"six-0": false})(s)
+	}))
+	if _, ok := objs.PodServices["six-1"]; ok {
+		t.Errorf("six-1 kept its per-pod mirror: %+v", objs)
+	}
+	t.Logf("IPv6 mirror rewritten with the gateway down: %s", DescribeSlices(got))
 	must(t, DeleteMirror(ctx, c, "v6", "six", "west"))
 }
 

@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/globaldns/global/test/harness"
 
 	"github.com/miekg/dns"
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 // TestGatewayLiveness follows Linkerd's gateway liveness as the real service mirror writes it: the
@@ -138,14 +141,126 @@ func TestGatewayLiveness(t *testing.T) {
 	setGateway(true)
 	eventuallyExpect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA...)
 
-	// The older shape: a headless mirror address in notReadyAddresses is not ready whatever its
-	// per-pod mirror says.
-	legacy := mirror(ns, "north", false)
-	legacy.RootNotReady = true
-	_, err = harness.UpdateMirror(ctx, client(), legacy)
+	// north's foo-0 turns not ready there: Linkerd takes it out of the headless mirror and deletes
+	// its per-pod mirror.
+	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "north", false))
 	must(t, err)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA)...)
-	load.check(t, "per-pod mirror removed, older shape")
+	load.check(t, "per-pod mirror removed, remote pod not ready")
+}
+
+// TestGatewayBlip follows Linkerd through the hole in its liveness signal (linkerd2
+// multicluster/service-mirror, every version since 2.12): while west's gateway is down, a remote
+// change rewrites west's headless mirrors with every address not ready (UpdateMirror with
+// GatewayDown: createOrUpdateHeadlessEndpoints -> updateMirrorEndpoints -> updateReadiness), and
+// when the gateway returns only the per-pod mirrors turn ready again (repairEndpoints skips headless
+// mirrors): west's peers are back in every name and ready in the written slices all the same,
+// while the remote pod that really is not ready (out of the headless mirror) stays out.
+func TestGatewayBlip(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	foo, six := mirror(ns, "west", true, true, true), mirrorOf(ns, "six", "west", true, true)
+	six.IPv6 = true
+	west, err := harness.CreateMirror(ctx, client(), foo)
+	must(t, err)
+	westSix, err := harness.CreateMirror(ctx, client(), six)
+	must(t, err)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+
+	fooNS, sixNS := "foo."+ns+".global.", "six."+ns+".global."
+	local := []string{"A 10.244.1.10", "A 10.244.2.11"}
+	westA := func(hosts ...string) []string {
+		var out []string
+		for _, h := range hosts {
+			out = append(out, "A "+west.ClusterIPs[h])
+		}
+		return out
+	}
+	srv := func(hosts ...string) []string {
+		out := []string{"SRV 0 50 15432 foo-0.east." + fooNS, "SRV 0 50 15432 foo-1.east." + fooNS}
+		for _, h := range hosts {
+			out = append(out, fmt.Sprintf("SRV 2 %d 5432 %s.west.%s", 100/len(hosts), h, fooNS))
+		}
+		return out
+	}
+	// answers checks every name form with west's peers hosts answered, six's sixes, and the others
+	// not.
+	answers := func(hosts, sixes []string) func() error {
+		return func() error {
+			checks := []error{
+				expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA(hosts...))...),
+				expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess, srv(hosts...)...),
+			}
+			for _, h := range []string{"foo-0", "foo-1", "foo-2"} {
+				if slices.Contains(hosts, h) {
+					checks = append(checks, expect(t, c, h+".west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA(h)...))
+				} else {
+					checks = append(checks, expect(t, c, h+".west."+fooNS, dns.TypeA, dns.RcodeNameError))
+				}
+			}
+			var aaaa []string
+			for _, h := range sixes {
+				aaaa = append(aaaa, "AAAA "+westSix.ClusterIPs[h])
+			}
+			if len(hosts) == 0 {
+				checks = append(checks,
+					expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeNameError),
+					expect(t, c, sixNS, dns.TypeAAAA, dns.RcodeNameError))
+			} else {
+				checks = append(checks,
+					expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA(hosts...)...),
+					expect(t, c, sixNS, dns.TypeAAAA, dns.RcodeSuccess, aaaa...))
+			}
+			return errors.Join(checks...)
+		}
+	}
+	eventually(t, "west up", answers([]string{"foo-0", "foo-1", "foo-2"}, []string{"six-0", "six-1"}))
+
+	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
+	must(t, err)
+	eventually(t, "west down", answers(nil, nil))
+	// While it is down, foo-2 and six-1 turn not ready in west.
+	foo.Endpoints[2].Ready, six.Endpoints[1].Ready = false, false
+	foo.GatewayDown, six.GatewayDown = true, true
+	_, err = harness.UpdateMirror(ctx, client(), foo)
+	must(t, err)
+	_, err = harness.UpdateMirror(ctx, client(), six)
+	must(t, err)
+	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", true, nil)
+	must(t, err)
+	// The headless mirrors still say not ready, and say so until the next remote change.
+	for _, name := range []string{"foo-west", "six-west"} {
+		must(t, harness.WaitForSlices(ctx, client(), ns, name, func(s []discoveryv1.EndpointSlice) bool {
+			return len(s) == 1 && len(s[0].Endpoints) == 1+btoi(name == "foo-west") && !slices.ContainsFunc(s[0].Endpoints, func(e discoveryv1.Endpoint) bool { return *e.Conditions.Ready })
+		}))
+	}
+	eventually(t, "west back", answers([]string{"foo-0", "foo-1"}, []string{"six-0"}))
+	eventually(t, "west written ready", func() error {
+		_, sl := written(t, ns)
+		got := map[string]bool{}
+		for _, es := range sl {
+			if es.Labels["globaldns.io/source-cluster"] != "west" {
+				continue
+			}
+			for _, e := range es.Endpoints {
+				got[*e.Hostname] = *e.Conditions.Ready && *e.Conditions.Serving
+			}
+		}
+		if want := map[string]bool{"foo-0-west": true, "foo-1-west": true}; !maps.Equal(got, want) {
+			return fmt.Errorf("west's written endpoints %v, want %v:\n%s", got, want, describeAll(sl))
+		}
+		return nil
+	})
+	must(t, explains(t, c, fooNS, dns.RcodeSuccess, "records=4 left-out=1",
+		"host=foo-1 cluster=west tier=2 why=region:us-east-1 member="+ns+"/foo-west state=ready"))
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // writtenReadiness checks the written foo-global slices: west's endpoints ready and serving
