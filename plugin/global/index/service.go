@@ -24,10 +24,11 @@ type Service struct {
 	// Warnings lists surprising input met while building (skipped members, duplicate hostnames, ...).
 	Warnings []Warning
 
-	v4, ready int          // Records[:v4] are the ready IPv4 records, Records[v4:ready] the IPv6 ones
-	clusters  []clusterRun // where each member cluster's ready records are
-	built     int64        // when it was built, in Unix nanoseconds
-	inc       *incremental // nil below incrementalMin records
+	v4, ready int                  // Records[:v4] are the ready IPv4 records, Records[v4:ready] the IPv6 ones
+	clusters  []clusterRun         // where each member cluster's ready records are
+	annotated []clusterAnnotations // the member clusters whose slices have annotations kept
+	built     int64                // when it was built, in Unix nanoseconds
+	inc       *incremental         // nil below incrementalMin records
 }
 
 // Built returns when the service was built: the last change of any of its objects.
@@ -143,6 +144,7 @@ func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
 	if s == nil {
 		return nil
 	}
+	s.annotated = t.sliceAnnotations(s.Members, slicesOf)
 	var gens []uint64
 	if prev != nil && prev.inc != nil && slices.Equal(prev.Members, s.Members) {
 		w := len(s.Warnings)

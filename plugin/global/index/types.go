@@ -54,6 +54,8 @@ type Member struct {
 	// Origin is the linked cluster ("" for the local Service) and the Service's ports (for
 	// mirrors, what clients dial): a mirror's records share it.
 	Origin
+	// Annotations are the Service's of ServiceAnnotationKeys.
+	Annotations Annotations
 
 	// local is the Origin a local member's records last had (their cluster is this one's name,
 	// their ports the slices'), shared by the next build's records when it still fits: one
@@ -79,9 +81,10 @@ func (m *Member) Local() bool { return m.Cluster == "" }
 
 // Slice is one EndpointSlice of a member, reduced to what the index needs. Immutable once built.
 type Slice struct {
-	Family    Family
-	Ports     []Port // as written in the slice: the pods' target ports
-	Endpoints []Endpoint
+	Family      Family
+	Ports       []Port // as written in the slice: the pods' target ports
+	Endpoints   []Endpoint
+	Annotations Annotations // a mirror's, of SliceAnnotationKeys
 }
 
 // Endpoint is one endpoint of a Slice. Conditions follow EndpointSlice semantics with nil resolved.

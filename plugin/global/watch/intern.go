@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -32,9 +33,24 @@ func (i *interner[V]) get(key string, v V) V {
 }
 
 var (
-	namespaces = &interner[string]{max: 10000}
-	portLists  = &interner[[]index.Port]{max: 10000}
+	namespaces      = &interner[string]{max: 10000}
+	portLists       = &interner[[]index.Port]{max: 10000}
+	annotationLists = &interner[index.Annotations]{max: 10000}
 )
+
+func internAnnotations(as index.Annotations) index.Annotations {
+	if len(as) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, a := range as {
+		key.WriteString(a.Key)
+		key.WriteByte(0)
+		key.WriteString(a.Value)
+		key.WriteByte(0)
+	}
+	return annotationLists.get(key.String(), as)
+}
 
 func internPorts(ps []index.Port) []index.Port {
 	if len(ps) == 0 {

@@ -7,17 +7,18 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // What Linkerd's multicluster service mirror writes (linkerd2 pkg/k8s/labels.go).
 const (
 	LabelMirroredService   = "mirror.linkerd.io/mirrored-service"
-	LabelClusterName       = "mirror.linkerd.io/cluster-name"
+	LabelClusterName       = index.LabelClusterName
 	LabelHeadlessMirror    = "mirror.linkerd.io/headless-mirror-svc-name" // per-pod endpoint mirrors
 	LabelMirroredGateway   = "mirror.linkerd.io/mirrored-gateway"
 	LabelRemoteDiscovery   = "multicluster.linkerd.io/remote-discovery"
-	AnnotationRemoteFQName = "mirror.linkerd.io/remote-svc-fq-name"
+	AnnotationRemoteFQName = index.AnnotationRemoteFQName
 
 	// DefaultExportSelector selects the local Services Linkerd exports to other clusters.
 	DefaultExportSelector = "mirror.linkerd.io/exported=true"
@@ -42,6 +43,7 @@ const (
 	ReasonPortWithoutNumber  = "port_without_number"
 	ReasonMirrorFallbackName = "mirror_name_from_suffix"
 	ReasonBadPodMirror       = "invalid_pod_mirror"
+	ReasonNoGatewayIdentity  = "mirror_without_gateway_identity"
 )
 
 // mirrorMember classifies a Service seen by the mirror Services' reflector. It returns the member
@@ -68,7 +70,7 @@ func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	if !ok {
 		return nil, index.Key{}
 	}
-	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s)}}
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s)}, Annotations: serviceAnnotations(s)}
 	return m, index.Key{Namespace: s.Namespace, Name: name}
 }
 
@@ -116,7 +118,24 @@ func localMember(s *corev1.Service) (*index.Member, index.Key) {
 	if s.Labels[LabelMirroredService] == "true" || s.Spec.ClusterIP != corev1.ClusterIPNone || len(validation.IsDNS1123Label(s.Name)) > 0 {
 		return nil, index.Key{}
 	}
-	return &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s)}}, index.Key{Namespace: s.Namespace, Name: s.Name}
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s)}, Annotations: serviceAnnotations(s)}
+	return m, index.Key{Namespace: s.Namespace, Name: s.Name}
+}
+
+// serviceAnnotations are the annotations of s that the written Service carries.
+func serviceAnnotations(s *corev1.Service) index.Annotations {
+	return internAnnotations(index.KeepAnnotations(s.Annotations, index.ServiceAnnotationKeys))
+}
+
+// mirrorSliceAnnotations are the annotations of a headless mirror's slice that the slices written
+// for its cluster carry: what Linkerd's destination service reads of a mirror's endpoints. Linkerd
+// sets the gateway identity on every mirror whose Link names one.
+func mirrorSliceAnnotations(es *discoveryv1.EndpointSlice, p *problems) index.Annotations {
+	as := index.KeepAnnotations(es.Annotations, index.SliceAnnotationKeys)
+	if _, ok := as.Get(index.AnnotationGatewayIdentity); !ok {
+		p.add(ReasonNoGatewayIdentity, "no "+index.AnnotationGatewayIdentity+" annotation: the slices written for its cluster carry none")
+	}
+	return internAnnotations(as)
 }
 
 func servicePorts(s *corev1.Service) []index.Port {

@@ -138,6 +138,9 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 			if svc != "" {
 				s.slice = convertSlice(o, &p)
 			}
+			if s.slice != nil && src == fromMirror {
+				s.slice.Annotations = mirrorSliceAnnotations(o, &p)
+			}
 			return s, nil
 		}
 		return obj, nil // already converted

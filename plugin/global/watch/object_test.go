@@ -1,12 +1,16 @@
 package watch
 
 import (
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
 	"testing"
 
 	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -171,5 +175,71 @@ func TestTransformIsIdempotentAndNeverFails(t *testing.T) {
 	bad, err := tr(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "x"}})
 	if err != nil || bad.(*slice).slice != nil {
 		t.Errorf("slice without service label: %+v %v", bad, err)
+	}
+}
+
+// What Linkerd's destination reads beside endpoints is kept: a Service's opaque ports (local or
+// mirror), a headless mirror slice's gateway identity and remote name; nothing else, and nothing of
+// a local slice. Equal lists are one copy.
+func TestKeptAnnotations(t *testing.T) {
+	local := transform(fromLocal, nil)
+	mirror := transform(fromMirror, nil)
+	annotated := func(s *corev1.Service) {
+		s.Annotations["config.linkerd.io/opaque-ports"] = "5432"
+		s.Annotations["example.com/team"] = "db"
+	}
+	for name, obj := range map[string]any{
+		"local":  mirrorService("foo", func(s *corev1.Service) { annotated(s); s.Labels = nil }),
+		"mirror": mirrorService("foo-west", annotated),
+	} {
+		tr := mirror
+		if name == "local" {
+			tr = local
+		}
+		o, _ := tr(obj)
+		if m := o.(*service).member; m == nil || !slices.Equal(m.Annotations, index.Annotations{{Key: "config.linkerd.io/opaque-ports", Value: "5432"}}) {
+			t.Errorf("%s Service: member %+v", name, m)
+		}
+	}
+
+	sliceOf := func(annotations map[string]string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "foo-west-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "foo-west"},
+				Annotations: annotations},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.96.0.1"}, Hostname: ptr.To("foo-0")}},
+		}
+	}
+	linkerd := map[string]string{
+		index.AnnotationRemoteFQName:                       "foo.db.svc.cluster.local",
+		index.AnnotationGatewayIdentity:                    "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.linkerd.cluster.local",
+		"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-25T00:00:00Z",
+	}
+	want := index.Annotations{
+		{Key: index.AnnotationGatewayIdentity, Value: linkerd[index.AnnotationGatewayIdentity]},
+		{Key: index.AnnotationRemoteFQName, Value: linkerd[index.AnnotationRemoteFQName]},
+	}
+	a, _ := mirror(sliceOf(maps.Clone(linkerd)))
+	b, _ := mirror(sliceOf(maps.Clone(linkerd)))
+	as, bs := a.(*slice).slice.Annotations, b.(*slice).slice.Annotations
+	if !slices.Equal(as, want) || &as[0] != &bs[0] {
+		t.Errorf("mirror slice annotations %v and %v, want %v, one copy", as, bs, want)
+	}
+	if o, _ := local(sliceOf(maps.Clone(linkerd))); o.(*slice).slice.Annotations != nil {
+		t.Errorf("a local slice keeps annotations: %v", o.(*slice).slice.Annotations)
+	}
+
+	// Without a gateway identity (a Link that names none), a problem, once.
+	log := newProblemLog("EndpointSlice")
+	tr := transform(fromMirror, log)
+	before := testutil.ToFloat64(telemetry.Skipped.WithLabelValues(ReasonNoGatewayIdentity))
+	for range 2 {
+		o, _ := tr(sliceOf(map[string]string{index.AnnotationRemoteFQName: "foo.db.svc.cluster.local"}))
+		if got := o.(*slice).slice.Annotations; !slices.Equal(got, want[1:]) {
+			t.Errorf("annotations %v, want %v", got, want[1:])
+		}
+	}
+	if n := testutil.ToFloat64(telemetry.Skipped.WithLabelValues(ReasonNoGatewayIdentity)) - before; n != 1 {
+		t.Errorf("%v problems counted, want 1", n)
 	}
 }
