@@ -111,9 +111,10 @@ type change struct {
 }
 
 // changes returns what changed in p's slices from p.svc to s, and false when a whole sync is due:
-// the members, or which hostnames the service has, changed. Nothing of p is modified.
+// the members, their slices' annotations, or which hostnames the service has, changed. Nothing of
+// p is modified.
 func (p *plan) changes(s *index.Service, topo *index.Topology) ([]change, bool) {
-	if !slices.Equal(p.svc.Members, s.Members) {
+	if !slices.Equal(p.svc.Members, s.Members) || !index.SameAnnotations(p.svc, s) {
 		return nil, false
 	}
 	gone, came, ok := index.Changes(p.svc, s)

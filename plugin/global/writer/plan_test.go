@@ -3,6 +3,7 @@ package writer
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -207,6 +208,8 @@ func sameSlices(t *testing.T, a, b *fake.Clientset) string {
 			return name + " is not in the whole sync's"
 		case !apiequality.Semantic.DeepEqual(es.Endpoints, other.Endpoints) || !apiequality.Semantic.DeepEqual(es.Ports, other.Ports):
 			return fmt.Sprintf("%s: %s, whole: %s", name, endpointList(es), endpointList(other))
+		case !maps.Equal(es.Labels, other.Labels) || !maps.Equal(es.Annotations, other.Annotations):
+			return fmt.Sprintf("%s: labels %v, annotations %v, whole: %v, %v", name, es.Labels, es.Annotations, other.Labels, other.Annotations)
 		}
 	}
 	for name := range y {
@@ -333,6 +336,9 @@ func newBigService(rng *rand.Rand) *bigService {
 		case "west":
 			sls[0].Endpoints[0].Host = "c-0"
 		}
+		if cluster != "" {
+			b.annotate(sls, "gateway."+cluster)
+		}
 		b.src.Add(b.key, m, sls...)
 		b.members = append(b.members, m)
 		if !m.Local() {
@@ -353,6 +359,13 @@ func (b *bigService) endpoint(m *index.Member, v6 bool) index.Endpoint {
 		e.Local = &index.Placement{Zone: "z1", NodeName: fmt.Sprintf("node-%d", b.next%3), Pod: e.Host}
 	}
 	return e
+}
+
+// annotate gives a mirror's slices Linkerd's annotations, with that gateway identity.
+func (b *bigService) annotate(sls []*index.Slice, identity string) {
+	for _, sl := range sls {
+		sl.Annotations = index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: identity}, {Key: index.AnnotationRemoteFQName, Value: "big.db.svc.cluster.local"}}
+	}
 }
 
 // pods sets every per-pod mirror of mirror m, down ones down in a hundred.
@@ -415,6 +428,15 @@ func (b *bigService) change() (string, int) {
 			b.src.SetSlices(m, sls...)
 		}
 		return "two hosts of one name", 0
+	case op < 82 && !m.Local(): // linked again, with another gateway identity
+		for j := range sls {
+			c := *sls[j]
+			sls[j] = &c
+		}
+		b.next++
+		b.annotate(sls, fmt.Sprintf("gateway.%s.%d", m.Cluster, b.next))
+		b.src.SetSlices(m, sls...)
+		return "another gateway identity", 0
 	case op < 84: // an endpoint comes: a new hostname
 		sl.Endpoints = append(sl.Endpoints, b.endpoint(m, sl.Family == index.IPv6))
 		what, most = "an endpoint comes", 0

@@ -146,7 +146,7 @@ func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Servi
 	if err != nil {
 		return err
 	}
-	if err := r.syncSlices(ctx, k, globalSet(k, svc, r.cfg.Owner), s, haveSlices); err != nil {
+	if err := r.syncSlices(ctx, k, globalSet(k, svc, r.cfg.Owner, meshOf(s, r.cfg.Topology.Local)), s, haveSlices); err != nil {
 		return err
 	}
 	// Last, so that the new objects are in place before the old ones go.
@@ -197,6 +197,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 	}
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
+	setAnnotations(&upd.ObjectMeta, want.Annotations, index.ServiceAnnotationKeys)
 	upd.Spec.Ports = want.Spec.Ports
 	// A selector would have Kubernetes' EndpointSlice controller write slices beside ours; another
 	// type would not be headless. Both are restored (a headless Service's clusterIP can only be set
@@ -242,7 +243,7 @@ func serviceUpToDate(have, want *corev1.Service) bool {
 			return false
 		}
 	}
-	if len(have.Spec.Ports) != len(want.Spec.Ports) {
+	if !annotationsUpToDate(have.Annotations, want.Annotations, index.ServiceAnnotationKeys) || len(have.Spec.Ports) != len(want.Spec.Ports) {
 		return false
 	}
 	for i, p := range want.Spec.Ports {
@@ -351,17 +352,18 @@ type sliceSet struct {
 	hosts             bool              // endpoint hostnames are the hosts' own (MCS), not <host>-<cluster>
 	labels            map[string]string // besides the cluster's
 	clusterLabels     []string          // labels whose value is the slice's member cluster
+	mesh              meshFunc          // nil: nothing for mesh-aware clients (MCS)
 	owner             metav1.OwnerReference
 	blocks            string // what a conflict on one of its names blocks
 }
 
 // globalSet is the slices of the -global Service svc.
-func globalSet(k index.Key, svc *corev1.Service, owner string) sliceSet {
+func globalSet(k index.Key, svc *corev1.Service, owner string, mesh meshFunc) sliceSet {
 	labels := ownLabels(k.Name, owner)
 	labels[discoveryv1.LabelServiceName] = svc.Name
 	labels[discoveryv1.LabelManagedBy] = ControllerName
 	return sliceSet{
-		namespace: svc.Namespace, prefix: svc.Name, labels: labels, clusterLabels: []string{LabelCluster},
+		namespace: svc.Namespace, prefix: svc.Name, labels: labels, clusterLabels: []string{LabelCluster}, mesh: mesh,
 		// The Service controls its slices (the garbage collector deletes them with it). No
 		// blockOwnerDeletion: it would need update rights on services/finalizers on clusters
 		// that enforce owner-reference permissions, and nothing waits on it.
@@ -376,11 +378,18 @@ func (set sliceSet) slice(g group, p placed) *discoveryv1.EndpointSlice {
 	for _, l := range set.clusterLabels {
 		labels[l] = g.cluster
 	}
+	var annotations map[string]string
+	if set.mesh != nil {
+		var more map[string]string
+		more, annotations = set.mesh(g.cluster)
+		maps.Copy(labels, more)
+	}
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       set.namespace,
 			Name:            sliceName(set.prefix, g, p.index),
 			Labels:          labels,
+			Annotations:     annotations,
 			OwnerReferences: []metav1.OwnerReference{set.owner},
 		},
 		AddressType: g.family,
@@ -420,6 +429,7 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 	}
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
+	setAnnotations(&upd.ObjectMeta, want.Annotations, index.SliceAnnotationKeys)
 	upd.OwnerReferences = want.OwnerReferences
 	upd.Endpoints, upd.Ports = want.Endpoints, want.Ports
 	updated, err := r.client.DiscoveryV1().EndpointSlices(have.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
@@ -456,7 +466,8 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 			return false
 		}
 	}
-	return apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
+	return annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys) &&
+		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
 		apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports) &&
 		endpointsEqual(have.Endpoints, want.Endpoints)
 }
