@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,7 +106,15 @@ type Mirror struct {
 	Ports                       []Port            // remote service ports (port and targetPort may differ)
 	Endpoints                   []RemoteEndpoint  // remote StatefulSet pods
 	Labels                      map[string]string // remote labels; Linkerd copies all but mirror.linkerd.io/*
-	OmitFQName                  bool              // leave remote-svc-fq-name off the headless Service and Endpoints (old Linkerd, hostile tests)
+	// Annotations are the remote Service's: Linkerd copies them onto the headless mirror Service
+	// (cluster_watcher.go getMirrorServiceAnnotations, getCommonServiceAnnotations; all but the
+	// topology-aware-hints ones and the Link's excludedAnnotations), not onto its Endpoints.
+	Annotations map[string]string
+	OmitFQName  bool // leave remote-svc-fq-name off the headless Service and Endpoints (old Linkerd, hostile tests)
+	// GatewayIdentity is the Link's spec.gatewayIdentity, which Linkerd writes on the mirrors'
+	// Endpoints when it is set (cluster_watcher_headless.go createHeadlessMirrorEndpoints,
+	// createEndpointMirrorService): the package's GatewayIdentity when empty, none when "-".
+	GatewayIdentity string
 	// IPv6 makes the per-pod Services (and the headless mirror) single-stack
 	// IPv6, so the headless mirror's addresses are IPv6 ClusterIPs, as
 	// Linkerd produces in an IPv6 cluster. (Linkerd sets no IP family; the
@@ -160,15 +169,18 @@ func fqName(service, namespace string) string {
 // cluster_watcher_headless.go createRemoteHeadlessService,
 // createEndpointMirrorService, createHeadlessMirrorEndpoints):
 //   - the headless mirror Service <svc>-<cluster> (clusterIP None, no
-//     selector, mirror labels, annotations remote-svc-fq-name and
-//     remote-resource-version, the remote service ports);
+//     selector, mirror labels, the remote Service's annotations and
+//     remote-svc-fq-name and remote-resource-version, the remote service
+//     ports);
 //   - per endpoint, a ClusterIP "endpoint mirror" Service
 //     <hostname>-<cluster> (plus label headless-mirror-svc-name, annotations
 //     remote-resource-version and remote-svc-fq-name
 //     <hostname>.<svc>.<ns>.svc.cluster.local) and its Endpoints pointing at
 //     the gateway GatewayIP:GatewayPort;
 //   - the headless mirror Endpoints <svc>-<cluster>: mirror labels,
-//     annotations remote-svc-fq-name and remote-gateway-identity, one subset
+//     annotations remote-svc-fq-name and remote-gateway-identity (which
+//     kube-controller-manager's EndpointSliceMirroring copies onto its slices,
+//     with the labels: endpointslicemirroring/utils.go newEndpointSlice), one subset
 //     whose addresses are {hostname, ClusterIP of the per-pod Service} and
 //     whose ports are the remote TARGET ports.
 //
@@ -181,7 +193,11 @@ func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 	}
 	name := MirroredName(m.Service, m.Cluster)
 	labels := mirrorLabels(m.Cluster, m.Labels)
-	annotations := map[string]string{AnnotationRemoteResourceVersion: remoteResourceVersion}
+	annotations := maps.Clone(m.Annotations)
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[AnnotationRemoteResourceVersion] = remoteResourceVersion
 	if !m.OmitFQName {
 		annotations[AnnotationRemoteSvcFqName] = fqName(m.Service, m.Namespace)
 	}
@@ -312,11 +328,22 @@ func (m Mirror) validate() error {
 
 // endpointsAnnotations are the headless mirror Endpoints' annotations.
 func (m Mirror) endpointsAnnotations() map[string]string {
-	a := map[string]string{AnnotationRemoteGatewayIdentity: GatewayIdentity}
+	a := m.identity()
 	if !m.OmitFQName {
 		a[AnnotationRemoteSvcFqName] = fqName(m.Service, m.Namespace)
 	}
 	return a
+}
+
+// identity is the gateway identity annotation of the mirrors' Endpoints, if any.
+func (m Mirror) identity() map[string]string {
+	switch m.GatewayIdentity {
+	case "":
+		return map[string]string{AnnotationRemoteGatewayIdentity: GatewayIdentity}
+	case "-":
+		return map[string]string{}
+	}
+	return map[string]string{AnnotationRemoteGatewayIdentity: m.GatewayIdentity}
 }
 
 // mirrored returns the remote endpoints Linkerd mirrors: the ready ones.
@@ -374,11 +401,10 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 	if err != nil {
 		return fmt.Errorf("create endpoint mirror service %s/%s: %w", m.Namespace, name, err)
 	}
+	annotations := m.identity()
+	annotations[AnnotationRemoteSvcFqName] = fq
 	ep := &corev1.Endpoints{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: map[string]string{
-			AnnotationRemoteSvcFqName:       fq,
-			AnnotationRemoteGatewayIdentity: GatewayIdentity,
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: annotations},
 		Subsets: []corev1.EndpointSubset{gatewaySubset([]corev1.EndpointAddress{{IP: gateway}}, gatewayPorts(m.Ports), !m.GatewayDown)},
 	}
 	if _, err := c.CoreV1().Endpoints(m.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {

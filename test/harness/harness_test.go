@@ -214,8 +214,11 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 	if _, ok := s.Labels[LabelExported]; ok {
 		t.Errorf("Linkerd does not copy mirror.linkerd.io/* labels, but the slice has %s", LabelExported)
 	}
-	if v := s.Annotations[AnnotationRemoteSvcFqName]; v != "foo.db.svc.cluster.local" {
-		t.Errorf("slice annotation %s=%q (annotations %v)", AnnotationRemoteSvcFqName, v, s.Annotations)
+	// And the Endpoints' annotations, which Linkerd's destination reads from the slices.
+	for k, want := range map[string]string{AnnotationRemoteSvcFqName: "foo.db.svc.cluster.local", AnnotationRemoteGatewayIdentity: GatewayIdentity} {
+		if v := s.Annotations[k]; v != want {
+			t.Errorf("FACT CHECK FAILED: mirrored slice annotation %s=%q, want %q (annotations %v)", k, v, want, s.Annotations)
+		}
 	}
 	if len(s.Ports) != 1 || *s.Ports[0].Port != 15432 || *s.Ports[0].Name != "pg" {
 		t.Errorf("want target port pg:15432, got %s", DescribeSlices(got))

@@ -190,8 +190,17 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 			"globaldns.io/source-cluster":            cluster,
 			"globaldns.io/writer":                    ns + ".writer",
 		}
-		if fmt.Sprint(es.Labels) != fmt.Sprint(wantLabels) {
-			t.Errorf("%s labels %v, want %v", name, es.Labels, wantLabels)
+		// A linked cluster's slices carry what Linkerd's destination reads of its own mirrors'.
+		var wantAnnotations map[string]string
+		if cluster != "east" {
+			wantLabels["mirror.linkerd.io/cluster-name"] = cluster
+			wantAnnotations = map[string]string{
+				harness.AnnotationRemoteSvcFqName:       "foo." + ns + ".svc.cluster.local",
+				harness.AnnotationRemoteGatewayIdentity: harness.GatewayIdentity,
+			}
+		}
+		if fmt.Sprint(es.Labels) != fmt.Sprint(wantLabels) || !maps.Equal(es.Annotations, wantAnnotations) {
+			t.Errorf("%s labels %v, annotations %v, want %v and %v", name, es.Labels, es.Annotations, wantLabels, wantAnnotations)
 		}
 		if ref := metav1.GetControllerOf(&es); ref == nil || ref.UID != svc.UID || ref.Kind != "Service" {
 			t.Errorf("%s is not owned by the Service: %v", name, es.OwnerReferences)

@@ -1,0 +1,141 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// TestWriterMeshConfig: the written objects carry what Linkerd's destination service reads beside
+// endpoints, from where Linkerd puts it, follow it as it changes, and carry nothing else: the
+// -global Service the opaque ports of the local exported Service (or, with none, of the remote one,
+// which Linkerd copies onto its mirror), a linked cluster's slices its mirror's gateway identity
+// and remote name (and Linkerd's cluster-name label), this cluster's slices none.
+func TestWriterMeshConfig(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	setAnnotations := func(name string, set map[string]string) {
+		t.Helper()
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			svc, err := client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if svc.Annotations == nil {
+				svc.Annotations = map[string]string{}
+			}
+			for k, v := range set {
+				if v == "" {
+					delete(svc.Annotations, k)
+				} else {
+					svc.Annotations[k] = v
+				}
+			}
+			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+			return err
+		}))
+	}
+	const opaque, foreign = "config.linkerd.io/opaque-ports", "example.com/team"
+	setAnnotations("foo", map[string]string{opaque: "5432", foreign: "db"})
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
+	must(t, err)
+	// north's Link has no gateway identity: Linkerd writes none, and neither does the writer.
+	north := mirror(ns, "north", true)
+	north.GatewayIdentity = "-"
+	_, err = harness.CreateMirror(ctx, client(), north)
+	must(t, err)
+	// bar has no local Service here: its mirror carries the remote Service's annotations.
+	bar := mirrorOf(ns, "bar", "west", true)
+	bar.Annotations = map[string]string{opaque: "6379", foreign: "cache"}
+	_, err = harness.CreateMirror(ctx, client(), bar)
+	must(t, err)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+
+	identity := map[string]string{"west": harness.GatewayIdentity}
+	ports := map[string]string{"foo": "5432", "bar": "6379"}
+	eventually(t, "the mesh configuration written", func() error { return meshWritten(ns, ports, identity) })
+	eventually(t, "north's slice reported once", func() error {
+		if n := strings.Count(c.Logs(), "no mirror.linkerd.io/remote-gateway-identity annotation"); n != 1 {
+			return fmt.Errorf("%d log lines:\n%s", n, c.Logs())
+		}
+		if v := metric(t, c, `coredns_global_skipped_total{reason="mirror_without_gateway_identity"}`); v != "1" {
+			return fmt.Errorf("skipped_total %q", v)
+		}
+		return nil
+	})
+
+	// The owner changes the opaque ports, then removes them; the foreign annotation never goes.
+	setAnnotations("foo", map[string]string{opaque: "5432,8080"})
+	ports["foo"] = "5432,8080"
+	eventually(t, "the opaque ports changed", func() error { return meshWritten(ns, ports, identity) })
+	setAnnotations("foo", map[string]string{opaque: ""})
+	delete(ports, "foo")
+	eventually(t, "the opaque ports removed", func() error { return meshWritten(ns, ports, identity) })
+
+	// west is linked again with another gateway identity (linkerd multicluster unlink, then link:
+	// its mirrors are made anew, annotated with the new Link's identity).
+	identity["west"] = "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.west.example"
+	for _, m := range []harness.Mirror{mirror(ns, "west", true), bar} {
+		must(t, harness.DeleteMirror(ctx, client(), ns, m.Service, "west"))
+		m.GatewayIdentity = identity["west"]
+		_, err = harness.CreateMirror(ctx, client(), m)
+		must(t, err)
+	}
+	eventually(t, "west's new gateway identity", func() error { return meshWritten(ns, ports, identity) })
+}
+
+// meshWritten checks the written foo-global and bar-global: each Service's opaque ports as ports
+// says (none when absent) and no other annotation of the members', each linked cluster's slices
+// Linkerd's cluster-name label, the remote name and the gateway identity as identity says (none
+// when absent), this cluster's slices neither.
+func meshWritten(ns string, ports, identity map[string]string) error {
+	ctx := context.Background()
+	for _, svc := range []string{"foo", "bar"} {
+		s, err := client().CoreV1().Services(ns).Get(ctx, svc+"-global", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var want map[string]string
+		if p, ok := ports[svc]; ok {
+			want = map[string]string{"config.linkerd.io/opaque-ports": p}
+		}
+		if !maps.Equal(s.Annotations, want) {
+			return fmt.Errorf("Service %s-global annotations %v, want %v", svc, s.Annotations, want)
+		}
+		list, err := client().DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc + "-global"})
+		if err != nil {
+			return err
+		}
+		for _, es := range list.Items {
+			cluster := es.Labels["globaldns.io/source-cluster"]
+			var want map[string]string
+			if cluster != "east" {
+				want = map[string]string{harness.AnnotationRemoteSvcFqName: svc + "." + ns + ".svc.cluster.local"}
+				if id, ok := identity[cluster]; ok {
+					want[harness.AnnotationRemoteGatewayIdentity] = id
+				}
+				if l := es.Labels[harness.LabelClusterName]; l != cluster {
+					return fmt.Errorf("%s: label %s=%q, want %q", es.Name, harness.LabelClusterName, l, cluster)
+				}
+			} else if l, ok := es.Labels[harness.LabelClusterName]; ok {
+				return fmt.Errorf("%s: label %s=%q on this cluster's slice", es.Name, harness.LabelClusterName, l)
+			}
+			if !maps.Equal(es.Annotations, want) {
+				return fmt.Errorf("%s annotations %v, want %v", es.Name, es.Annotations, want)
+			}
+		}
+		if len(list.Items) == 0 {
+			return fmt.Errorf("no slices of %s-global", svc)
+		}
+	}
+	return nil
+}
