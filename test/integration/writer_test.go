@@ -193,7 +193,6 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 		// A linked cluster's slices carry what Linkerd's destination reads of its own mirrors'.
 		var wantAnnotations map[string]string
 		if cluster != "east" {
-			wantLabels["mirror.linkerd.io/cluster-name"] = cluster
 			wantAnnotations = map[string]string{
 				harness.AnnotationRemoteSvcFqName:       "foo." + ns + ".svc.cluster.local",
 				harness.AnnotationRemoteGatewayIdentity: harness.GatewayIdentity,

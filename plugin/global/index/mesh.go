@@ -8,9 +8,8 @@ import (
 // Mesh-aware clients read more of a service than its endpoints. Linkerd's destination service, given
 // an EndpointSlice endpoint without a Pod targetRef (a mirror's: the address of a per-pod mirror,
 // behind the linked cluster's gateway), takes from the slice's annotations the authority to send and
-// the gateway's mTLS identity, and from its cluster-name label the target_cluster metric label
-// (linkerd2 controller/api/destination/watcher/port_publisher.go, endpointSliceToAddresses and
-// metricLabels); by a Service's name it reads the Service's opaque ports
+// the gateway's mTLS identity (linkerd2 controller/api/destination/watcher/port_publisher.go,
+// endpointSliceToAddresses); by a Service's name it reads the Service's opaque ports
 // (watcher/opaque_ports_watcher.go, getServiceOpaquePortsAnnotation). Linkerd's service mirror
 // annotates its mirrors' Endpoints so (multicluster/service-mirror cluster_watcher_headless.go,
 // createHeadlessMirrorEndpoints) and kube-controller-manager's EndpointSliceMirroring copies
@@ -20,7 +19,6 @@ const (
 	AnnotationRemoteFQName    = "mirror.linkerd.io/remote-svc-fq-name"
 	AnnotationGatewayIdentity = "mirror.linkerd.io/remote-gateway-identity"
 	AnnotationOpaquePorts     = "config.linkerd.io/opaque-ports"
-	LabelClusterName          = "mirror.linkerd.io/cluster-name"
 )
 
 // SliceAnnotationKeys are kept from a mirror's EndpointSlices; ServiceAnnotationKeys from a

@@ -14,7 +14,7 @@ import (
 // What Linkerd's multicluster service mirror writes (linkerd2 pkg/k8s/labels.go).
 const (
 	LabelMirroredService   = "mirror.linkerd.io/mirrored-service"
-	LabelClusterName       = index.LabelClusterName
+	LabelClusterName       = "mirror.linkerd.io/cluster-name"
 	LabelHeadlessMirror    = "mirror.linkerd.io/headless-mirror-svc-name" // per-pod endpoint mirrors
 	LabelMirroredGateway   = "mirror.linkerd.io/mirrored-gateway"
 	LabelRemoteDiscovery   = "multicluster.linkerd.io/remote-discovery"

@@ -8,10 +8,13 @@ import (
 
 // The written objects carry, from the members' objects, what mesh-aware clients read besides the
 // endpoints (index/mesh.go): the -global Service its first member's Service annotations, and each
-// linked cluster's slices that cluster's mirror's slice annotations and Linkerd's cluster-name
-// label, so that Linkerd's destination service treats their endpoints as it treats its own
-// mirrors'. The writer owns those keys on what it writes, setting and removing them as the members
-// change; other annotations of its objects it leaves as they are.
+// linked cluster's slices that cluster's mirror's slice annotations, so that Linkerd's destination
+// service gives their endpoints the gateway identity, protocol hint and authority it gives its own
+// mirrors'. Not Linkerd's cluster-name label: the destination takes the metric labels of a whole
+// answer from whichever slice of the Service it read last (port_publisher.go addEndpointSlice,
+// metricLabels), so on some slices of one Service it would tag every address, local pods included,
+// with one linked cluster's name. The writer owns those annotations on its objects, setting and
+// removing them as the members change; other annotations of its objects it leaves as they are.
 
 // annotationsOf returns as as an object's annotations (nil for none).
 func annotationsOf(as index.Annotations) map[string]string {
@@ -52,17 +55,17 @@ func setAnnotations(m *metav1.ObjectMeta, want map[string]string, keys []string)
 	}
 }
 
-// meshFunc gives the labels and annotations of a member cluster's slices for mesh-aware clients.
-type meshFunc func(cluster string) (labels, annotations map[string]string)
+// meshFunc gives the annotations of a member cluster's slices for mesh-aware clients.
+type meshFunc func(cluster string) map[string]string
 
 // meshOf returns what the slices of a member cluster of s carry for mesh-aware clients: for a
-// linked cluster, Linkerd's cluster-name label and its mirror's slice annotations; nothing for
-// this cluster's own, whose endpoints name their pods.
+// linked cluster, its mirror's slice annotations; nothing for this cluster's own, whose endpoints
+// name their pods.
 func meshOf(s *index.Service, local string) meshFunc {
-	return func(cluster string) (map[string]string, map[string]string) {
+	return func(cluster string) map[string]string {
 		if cluster == local {
-			return nil, nil
+			return nil
 		}
-		return map[string]string{index.LabelClusterName: cluster}, annotationsOf(s.SliceAnnotations(cluster))
+		return annotationsOf(s.SliceAnnotations(cluster))
 	}
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // The -global Service carries its first member's opaque ports; a linked cluster's slices its
-// mirror's gateway identity and remote name, and Linkerd's cluster-name label; this cluster's
-// slices neither. A change of them is one update of what carries them; annotations of ours that
+// mirror's gateway identity and remote name; this cluster's slices none; no slice Linkerd's
+// cluster-name label. A change of them is one update of what carries them; annotations of ours that
 // someone else added stay; nothing changed, nothing is written.
 func TestReconcilerCarriesMeshConfig(t *testing.T) {
 	ctx := context.Background()
@@ -54,7 +54,7 @@ func TestReconcilerCarriesMeshConfig(t *testing.T) {
 		}
 		east, err := client.DiscoveryV1().EndpointSlices("db").Get(ctx, "foo-global-east-ipv4-0", metav1.GetOptions{})
 		must(t, err)
-		if _, ok := east.Labels[index.LabelClusterName]; ok || len(east.Annotations) != 0 {
+		if _, ok := east.Labels["mirror.linkerd.io/cluster-name"]; ok || len(east.Annotations) != 0 {
 			t.Errorf("this cluster's slice: labels %v, annotations %v", east.Labels, east.Annotations)
 		}
 		es, err := client.DiscoveryV1().EndpointSlices("db").Get(ctx, "foo-global-west-ipv4-0", metav1.GetOptions{})
@@ -63,7 +63,7 @@ func TestReconcilerCarriesMeshConfig(t *testing.T) {
 		if _, edited := es.Annotations["example.com/x"]; !edited {
 			delete(want, "example.com/x")
 		}
-		if es.Labels[index.LabelClusterName] != "west" || !maps.Equal(es.Annotations, want) {
+		if _, ok := es.Labels["mirror.linkerd.io/cluster-name"]; ok || !maps.Equal(es.Annotations, want) {
 			t.Errorf("west's slice: labels %v, annotations %v, want %v", es.Labels, es.Annotations, want)
 		}
 	}

@@ -380,9 +380,7 @@ func (set sliceSet) slice(g group, p placed) *discoveryv1.EndpointSlice {
 	}
 	var annotations map[string]string
 	if set.mesh != nil {
-		var more map[string]string
-		more, annotations = set.mesh(g.cluster)
-		maps.Copy(labels, more)
+		annotations = set.mesh(g.cluster)
 	}
 	return &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
