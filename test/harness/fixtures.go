@@ -193,14 +193,7 @@ func CreateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 	}
 	name := MirroredName(m.Service, m.Cluster)
 	labels := mirrorLabels(m.Cluster, m.Labels)
-	annotations := maps.Clone(m.Annotations)
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[AnnotationRemoteResourceVersion] = remoteResourceVersion
-	if !m.OmitFQName {
-		annotations[AnnotationRemoteSvcFqName] = fqName(m.Service, m.Namespace)
-	}
+	annotations := m.serviceAnnotations()
 	// Linkerd sets no IP family. In the dual-stack harness cluster the
 	// apiserver would default a selector-less headless Service to
 	// RequireDualStack, so the single-stack default of an IPv4 (or, with
@@ -296,6 +289,56 @@ func UpdateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 	return objs, nil
 }
 
+// UpdateMirrorService does to a mirror made by CreateMirror what Linkerd's
+// service mirror does when the remote Service itself changes (a label or an
+// annotation edited), m being the remote state (cluster_watcher.go
+// handleRemoteExportedServiceUpdated; handleRemoteServiceUpdated in 2.14):
+// it rewrites the headless mirror's Endpoints as a ClusterIP mirror's, one
+// subset of the gateway address (no hostname) on the gateway port, through
+// updateMirrorEndpoints (not ready with m.GatewayDown), annotated with the
+// Link's gateway identity, and then the headless Service's labels,
+// annotations and ports. The per-pod mirrors are left as they are; the
+// headless mirror gets its addresses back on the next remote Endpoints change
+// (UpdateMirror).
+func UpdateMirrorService(ctx context.Context, c kubernetes.Interface, m Mirror) error {
+	if err := m.validate(); err != nil {
+		return err
+	}
+	name := MirroredName(m.Service, m.Cluster)
+	gateway := GatewayIP
+	if m.IPv6 {
+		gateway = GatewayIPv6
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ep, err := c.CoreV1().Endpoints(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ep.Subsets = []corev1.EndpointSubset{gatewaySubset([]corev1.EndpointAddress{{IP: gateway}}, gatewayPorts(m.Ports), !m.GatewayDown)}
+		maps.Copy(ep.Annotations, m.identity())
+		_, err = c.CoreV1().Endpoints(m.Namespace).Update(ctx, ep, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update headless mirror endpoints %s/%s: %w", m.Namespace, name, err)
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		svc, err := c.CoreV1().Services(m.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		svc.Labels = mirrorLabels(m.Cluster, m.Labels)
+		svc.Annotations = m.serviceAnnotations()
+		svc.Spec.Ports = servicePorts(m.Ports)
+		_, err = c.CoreV1().Services(m.Namespace).Update(ctx, svc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("update headless mirror service %s/%s: %w", m.Namespace, name, err)
+	}
+	return nil
+}
+
 // DeleteMirror deletes what Linkerd deletes when the service is unexported
 // or the link removed: the per-pod Services and Endpoints, then the headless
 // mirror Service and Endpoints. (No endpoints controller runs here to remove
@@ -324,6 +367,20 @@ func (m Mirror) validate() error {
 		return fmt.Errorf("mirror %s/%s needs at least one port", m.Namespace, m.Service)
 	}
 	return nil
+}
+
+// serviceAnnotations are the headless mirror Service's annotations
+// (getMirrorServiceAnnotations).
+func (m Mirror) serviceAnnotations() map[string]string {
+	a := maps.Clone(m.Annotations)
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[AnnotationRemoteResourceVersion] = remoteResourceVersion
+	if !m.OmitFQName {
+		a[AnnotationRemoteSvcFqName] = fqName(m.Service, m.Namespace)
+	}
+	return a
 }
 
 // endpointsAnnotations are the headless mirror Endpoints' annotations.

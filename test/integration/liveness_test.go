@@ -306,3 +306,69 @@ func TestUnnamedClusterWarns(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRemoteServiceChange: when the remote Service itself changes (an annotation edited there),
+// Linkerd's service mirror rewrites the headless mirror as if it were a ClusterIP mirror, with the
+// gateway's address and no hostname, until the next remote Endpoints change
+// (harness.UpdateMirrorService). That address is not a peer: it is never answered nor written, it
+// is reported once, and west's peers come back with its Endpoints.
+func TestRemoteServiceChange(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	west := mirror(ns, "west", true, true)
+	westObjs, err := harness.CreateMirror(ctx, client(), west)
+	must(t, err)
+	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
+	must(t, err)
+	tmpl := strings.Replace(fmt.Sprintf(writerCorefile, ns), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    ready {{.Ready}}\n", 1)
+	c := harness.StartCoreDNS(t, cp, tmpl)
+
+	fooNS := "foo." + ns + ".global."
+	local := []string{"A 10.244.1.10", "A 10.244.2.11"}
+	westA := []string{"A " + westObjs.ClusterIPs["foo-0"], "A " + westObjs.ClusterIPs["foo-1"]}
+	northA := []string{"A " + north.ClusterIPs["foo-0"]}
+	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA, northA)...)
+	load := newPool(fooNS, c)
+	defer load.stop()
+
+	west.Annotations = map[string]string{"example.com/team": "db"}
+	must(t, harness.UpdateMirrorService(ctx, client(), west))
+	eventually(t, "west left out, the gateway never answered", func() error {
+		return errors.Join(
+			expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, northA)...),
+			expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeNameError),
+			expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess,
+				"SRV 0 50 15432 foo-0.east."+fooNS, "SRV 0 50 15432 foo-1.east."+fooNS, "SRV 3 100 5432 foo-0.north."+fooNS),
+			notWritten(t, ns, harness.GatewayIP))
+	})
+	eventually(t, "one warning", func() error {
+		if n := strings.Count(c.Logs(), "without a hostname left out"); n != 1 {
+			return fmt.Errorf("%d log lines", n)
+		}
+		if v := metric(t, c, `coredns_global_skipped_total{reason="mirror_address_without_hostname"}`); v != "1" {
+			return fmt.Errorf("skipped_total %q", v)
+		}
+		return nil
+	})
+	load.await(t, 300)
+
+	// The next remote Endpoints change gives the headless mirror its addresses back.
+	_, err = harness.UpdateMirror(ctx, client(), west)
+	must(t, err)
+	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA, northA)...)
+	load.check(t, "remote Service changed")
+}
+
+// notWritten checks that no written foo-global slice of ns holds address addr.
+func notWritten(t *testing.T, ns, addr string) error {
+	_, sl := written(t, ns)
+	for _, es := range sl {
+		for _, e := range es.Endpoints {
+			if slices.Contains(e.Addresses, addr) {
+				return fmt.Errorf("%s written:\n%s", addr, describeAll(sl))
+			}
+		}
+	}
+	return nil
+}

@@ -41,6 +41,9 @@ func DiffServices(got, want *Service) string {
 	if !slices.Equal(gw, ww) {
 		return fmt.Sprintf("warnings %q, want %q", gw, ww)
 	}
+	if !SameAnnotations(got, want) {
+		return fmt.Sprintf("slice annotations %v, want %v", got.annotated, want.annotated)
+	}
 	if got.inc != nil {
 		if !slices.Equal(got.inc.counts, want.inc.counts) {
 			return fmt.Sprintf("counts %v, want %v", got.inc.counts, want.inc.counts)

@@ -208,6 +208,17 @@ func (r *randomService) change() string {
 		p.Ready = !p.Ready
 		r.src.SetPodMirrors(m, pods...)
 		return "one per-pod mirror"
+	case op < 95 && !m.Local() && len(sls) > 0: // a mirror slice's addresses without hostname, or its annotations
+		i := pick()
+		sl := *sls[i]
+		if r.rng.IntN(2) == 0 {
+			sl.Unnamed = r.rng.IntN(3)
+		} else {
+			sl.Annotations = index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: fmt.Sprint("gateway-", r.rng.IntN(3))}}
+		}
+		sls[i] = &sl
+		r.src.SetSlices(m, sls...)
+		return "a mirror slice's unnamed addresses or annotations"
 	case op < 96 && len(r.members) > 2: // a member goes (two stay: the service stays big enough to merge)
 		i := r.rng.IntN(len(r.members))
 		r.src.Remove(r.key, r.members[i])

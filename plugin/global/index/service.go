@@ -126,6 +126,8 @@ const (
 	ReasonDuplicateMirror  = "duplicate_mirror"
 	ReasonPortMismatch     = "port_mismatch"
 	ReasonDuplicateHost    = "duplicate_hostname"
+	// ReasonUnnamedMirrorAddress: a headless mirror lists addresses without hostnames.
+	ReasonUnnamedMirrorAddress = "mirror_address_without_hostname"
 )
 
 func warnf(ws *[]Warning, reason, format string, args ...any) {
@@ -258,7 +260,7 @@ func (t *Topology) recordsOf(m *Member, src Source) recordBuilder {
 func (rb *recordBuilder) add(rs []Record, sl *Slice, ordinal uint32, only []bool, warn *[]Warning) []Record {
 	ports := sl.Ports
 	if !rb.m.Local() {
-		ports = servicePorts(rb.m, sl.Ports, warn)
+		ports = mirrorPorts(rb.m, sl, warn)
 	}
 	// Port lists are interned: slices of one member nearly always share one origin.
 	if rb.origin == nil || !samePorts(rb.origin.Ports, ports) {
@@ -328,7 +330,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 			if o := order[i][j]; o >= 0 {
 				fate[o] = kept
 				if m := s.Members[i]; !m.Local() {
-					servicePorts(m, sl.Ports, &s.Warnings) // the warnings only: its records are kept
+					mirrorPorts(m, sl, &s.Warnings) // the warnings only: its records are kept
 				}
 				continue
 			}
@@ -783,6 +785,17 @@ func (t *Topology) acceptMembers(in []*Member, warn *[]Warning) []*Member {
 
 // servicePorts maps a mirror slice's ports (the remote target ports) to the mirror Service's ports
 // by name: the per-pod ClusterIP behind each address listens on the Service port, not the target port.
+// mirrorPorts is servicePorts for mirror m's slice sl, warning also of the addresses sl left out
+// for having no hostname.
+func mirrorPorts(m *Member, sl *Slice, warn *[]Warning) []Port {
+	if sl.Unnamed > 0 {
+		warnf(warn, ReasonUnnamedMirrorAddress, "mirror %s/%s: %d address(es) without a hostname left out: not pods, but the gateway's "+
+			"address, which Linkerd's service mirror writes into a headless mirror when the remote Service changes, until the remote "+
+			"Endpoints do", m.Namespace, m.Name, sl.Unnamed)
+	}
+	return servicePorts(m, sl.Ports, warn)
+}
+
 func servicePorts(m *Member, ports []Port, warn *[]Warning) []Port {
 	// Usually the names are the Service's, in its order: share its ports, allocate nothing.
 	if slices.EqualFunc(ports, m.Ports, func(a, b Port) bool { return a.Name == b.Name }) {

@@ -85,6 +85,10 @@ type Slice struct {
 	Ports       []Port // as written in the slice: the pods' target ports
 	Endpoints   []Endpoint
 	Annotations Annotations // a mirror's, of SliceAnnotationKeys
+	// Unnamed counts the endpoints of a mirror's slice left out for having no hostname: Linkerd
+	// mirrors only pods with one into a headless mirror, so such an address is not a pod (see
+	// watch).
+	Unnamed int
 }
 
 // Endpoint is one endpoint of a Slice. Conditions follow EndpointSlice semantics with nil resolved.

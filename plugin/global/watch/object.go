@@ -136,7 +136,7 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 			}
 			s := &slice{meta: m, service: svc}
 			if svc != "" {
-				s.slice = convertSlice(o, &p)
+				s.slice = convertSlice(o, src == fromMirror, &p)
 			}
 			if s.slice != nil && src == fromMirror {
 				s.slice.Annotations = mirrorSliceAnnotations(o, &p)
@@ -148,7 +148,14 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 }
 
 // convertSlice reduces an EndpointSlice to an index.Slice; nil when the whole slice is unusable.
-func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
+// A mirror's endpoint without a hostname is left out (counted in Unnamed): Linkerd mirrors only
+// pods with hostnames into a headless mirror (cluster_watcher_headless.go
+// createOrUpdateHeadlessEndpoints), and on a change of the remote Service it writes the gateway's
+// address there, without one, as into a ClusterIP mirror (cluster_watcher.go
+// handleRemoteExportedServiceUpdated; handleRemoteServiceUpdated in 2.14); the index warns of it
+// for headless mirrors (a ClusterIP mirror's slices, in the same table, have no other endpoints,
+// and are members of nothing).
+func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *index.Slice {
 	var fam index.Family
 	switch es.AddressType {
 	case discoveryv1.AddressTypeIPv4:
@@ -203,10 +210,14 @@ func convertSlice(es *discoveryv1.EndpointSlice, p *problems) *index.Slice {
 		ep.SetAddr(addr)
 		ep.Host = ptr.Deref(e.Hostname, "")
 		if ep.Host != "" && len(validation.IsDNS1123Label(ep.Host)) > 0 {
-			p.add(ReasonBadHostname, "hostname "+quote(ep.Host)+" is not a DNS label: using its address")
+			p.add(ReasonBadHostname, "hostname "+quote(ep.Host)+" is not a DNS label: taken as none")
 			ep.Host = ""
 		}
-		if ep.Host == "" {
+		switch {
+		case ep.Host == "" && mirror:
+			out.Unnamed++
+			continue
+		case ep.Host == "":
 			ep.Host = dashed(addr)
 		}
 		out.Endpoints = append(out.Endpoints, ep)

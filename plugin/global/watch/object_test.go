@@ -119,7 +119,7 @@ func TestConvertSlice(t *testing.T) {
 		},
 	}
 	p := problems{}
-	s := convertSlice(es, &p)
+	s := convertSlice(es, false, &p)
 	if s == nil || s.Family != index.IPv4 || !slices.Equal(s.Ports, []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}) {
 		t.Fatalf("slice %+v", s)
 	}
@@ -144,9 +144,15 @@ func TestConvertSlice(t *testing.T) {
 		t.Errorf("problems %v, want %v", p.reasons, wantReasons)
 	}
 
+	// A mirror's endpoints without a hostname are not pods: left out, counted.
+	p = problems{}
+	if m := convertSlice(es, true, &p); len(m.Endpoints) != 1 || m.Endpoints[0].Host != "foo-0" || m.Unnamed != 2 {
+		t.Errorf("mirror slice: %d endpoints (%+v), %d unnamed, want foo-0 and 2", len(m.Endpoints), m.Endpoints, m.Unnamed)
+	}
+
 	es.AddressType = discoveryv1.AddressTypeFQDN
 	p = problems{}
-	if s := convertSlice(es, &p); s != nil || !slices.Equal(p.reasons, []string{ReasonFQDNSlice}) {
+	if s := convertSlice(es, false, &p); s != nil || !slices.Equal(p.reasons, []string{ReasonFQDNSlice}) {
 		t.Errorf("FQDN slice: %+v %v", s, p.reasons)
 	}
 }
