@@ -46,6 +46,7 @@ func (s *Service) answers() int {
 // int32 offsets: one per member of every service, and no service has 2^31 records.
 type clusterRun struct {
 	name    string
+	tier    uint8
 	a, aaaa [2]int32
 }
 
@@ -888,7 +889,7 @@ func (s *Service) locate(t *Topology) {
 	for _, m := range s.Members {
 		c := t.ClusterOf(m)
 		tier := t.Tier(c)
-		s.clusters = append(s.clusters, clusterRun{name: c, a: span(rs, 0, s.v4, tier, c), aaaa: span(rs, s.v4, s.ready, tier, c)})
+		s.clusters = append(s.clusters, clusterRun{name: c, tier: tier, a: span(rs, 0, s.v4, tier, c), aaaa: span(rs, s.v4, s.ready, tier, c)})
 	}
 }
 
@@ -911,7 +912,7 @@ func (s *Service) relocate(t *Topology, prev *Service, dels []int, fresh []Recor
 	s.clusters = slices.Clone(prev.clusters)
 	for i := range s.clusters {
 		c := &s.clusters[i]
-		b := bound{tier: t.Tier(c.name), cluster: c.name}
+		b := bound{tier: c.tier, cluster: c.name}
 		for _, four := range [2]bool{true, false} {
 			run := &c.aaaa
 			if b.four = four; four {

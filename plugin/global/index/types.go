@@ -56,6 +56,8 @@ type Member struct {
 	Origin
 	// Annotations are the Service's of ServiceAnnotationKeys.
 	Annotations Annotations
+	// Policy is the Service's AnnotationPolicy, nil without a valid one.
+	Policy *Policy
 
 	// local is the Origin a local member's records last had (their cluster is this one's name,
 	// their ports the slices'), shared by the next build's records when it still fits: one

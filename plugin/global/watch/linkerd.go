@@ -44,6 +44,7 @@ const (
 	ReasonMirrorFallbackName = "mirror_name_from_suffix"
 	ReasonBadPodMirror       = "invalid_pod_mirror"
 	ReasonNoGatewayIdentity  = "mirror_without_gateway_identity"
+	ReasonBadPolicy          = "invalid_policy"
 )
 
 // mirrorMember classifies a Service seen by the mirror Services' reflector. It returns the member
@@ -70,7 +71,8 @@ func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	if !ok {
 		return nil, index.Key{}
 	}
-	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s)}, Annotations: serviceAnnotations(s)}
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s)},
+		Annotations: serviceAnnotations(s), Policy: policy(s, p)}
 	return m, index.Key{Namespace: s.Namespace, Name: name}
 }
 
@@ -112,14 +114,30 @@ func remoteName(s *corev1.Service, cluster string, p *problems) (string, bool) {
 
 // localMember classifies a Service seen by the export-selected reflector: only a headless Service
 // that is not itself a mirror is a member, of the global service of the same name.
-func localMember(s *corev1.Service) (*index.Member, index.Key) {
+func localMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	// The API only stores Services with valid names; a cache fed otherwise must not create an
 	// unnamed global service.
 	if s.Labels[LabelMirroredService] == "true" || s.Spec.ClusterIP != corev1.ClusterIPNone || len(validation.IsDNS1123Label(s.Name)) > 0 {
 		return nil, index.Key{}
 	}
-	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s)}, Annotations: serviceAnnotations(s)}
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s)},
+		Annotations: serviceAnnotations(s), Policy: policy(s, p)}
 	return m, index.Key{Namespace: s.Namespace, Name: s.Name}
+}
+
+// policy is the owner's policy set on s (index.AnnotationPolicy), nil without a valid one: a bad
+// value is reported, and the service answers as it would without one.
+func policy(s *corev1.Service, p *problems) *index.Policy {
+	v, ok := s.Annotations[index.AnnotationPolicy]
+	if !ok {
+		return nil
+	}
+	pol, err := index.ParsePolicy(v)
+	if err != nil {
+		p.add(ReasonBadPolicy, index.AnnotationPolicy+" "+quote(v)+" ignored: "+err.Error())
+		return nil
+	}
+	return &pol
 }
 
 // serviceAnnotations are the annotations of s that the written Service carries.

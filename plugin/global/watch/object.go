@@ -114,7 +114,7 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 			defer p.report()
 			m := slimMeta(&o.ObjectMeta)
 			if src != fromMirror {
-				member, global := localMember(o)
+				member, global := localMember(o, &p)
 				return &service{meta: m, member: member, global: global.Name}, nil
 			}
 			if root, ip := podMirrorOf(o, &p); root != "" {

@@ -89,14 +89,14 @@ func TestMirrorMember(t *testing.T) {
 
 func TestLocalMember(t *testing.T) {
 	local := mirrorService("foo", func(s *corev1.Service) { s.Labels = map[string]string{"mirror.linkerd.io/exported": "true"} })
-	if m, k := localMember(local); m == nil || k != (index.Key{Namespace: "db", Name: "foo"}) || !m.Local() {
+	if m, k := localMember(local, &problems{}); m == nil || k != (index.Key{Namespace: "db", Name: "foo"}) || !m.Local() {
 		t.Errorf("headless exported service: %+v %v", m, k)
 	}
 	local.Spec.ClusterIP = "10.96.0.1"
-	if m, _ := localMember(local); m != nil {
+	if m, _ := localMember(local, &problems{}); m != nil {
 		t.Error("a ClusterIP service is not a member")
 	}
-	if m, _ := localMember(mirrorService("foo-west", nil)); m != nil {
+	if m, _ := localMember(mirrorService("foo-west", nil), &problems{}); m != nil {
 		t.Error("a mirror seen by the export informer is not a local member")
 	}
 }
@@ -247,5 +247,44 @@ func TestKeptAnnotations(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(telemetry.Skipped.WithLabelValues(ReasonNoGatewayIdentity)) - before; n != 1 {
 		t.Errorf("%v problems counted, want 1", n)
+	}
+}
+
+// The owner's policy on a member Service is parsed once; a bad value is reported and ignored.
+func TestMemberPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		value  string // "" for no annotation
+		want   string // "" for none
+		reason string
+	}{
+		{"", "", ""},
+		{"nearest 2", "nearest 2", ""},
+		{"all", "all", ""},
+		{"closest", "", ReasonBadPolicy},
+		{"nearest 0", "", ReasonBadPolicy},
+	} {
+		for _, mirror := range []bool{false, true} {
+			svc := mirrorService("foo-west", nil)
+			if !mirror {
+				svc = mirrorService("foo", func(s *corev1.Service) { s.Labels = nil })
+			}
+			if tc.value != "" {
+				svc.Annotations[index.AnnotationPolicy] = tc.value
+			}
+			p := problems{}
+			var m *index.Member
+			if mirror {
+				m, _ = mirrorMember(svc, &p)
+			} else {
+				m, _ = localMember(svc, &p)
+			}
+			got := ""
+			if m.Policy != nil {
+				got = m.Policy.String()
+			}
+			if got != tc.want || (tc.reason == "") != (len(p.reasons) == 0) || (tc.reason != "" && p.reasons[0] != tc.reason) {
+				t.Errorf("%q on a mirror %v: policy %q, problems %v; want %q, %q", tc.value, mirror, got, p.reasons, tc.want, tc.reason)
+			}
+		}
 	}
 }

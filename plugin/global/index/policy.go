@@ -1,0 +1,103 @@
+package index
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// AnnotationPolicy, on a global service's local Service, is its owner's policy (see Policy).
+const AnnotationPolicy = "globaldns.io/policy"
+
+// MaxNearest bounds `nearest N`: an answer larger than this is every tier in practice.
+const MaxNearest = 1000
+
+// Policy is which tiers of a global service an answer keeps. The zero Policy is `all`: every
+// tier, nearest first, what a StatefulSet's peers need. `nearest N` keeps the nearest tiers,
+// whole, until they hold at least N ready records: what its clients need, the nearest healthy
+// members, and the next tier only when those are gone (a tier with no ready record is skipped).
+type Policy struct {
+	Nearest int // 0: all; else N
+}
+
+// ParsePolicy parses `all`, `nearest` or `nearest N` (N from 1 to MaxNearest).
+func ParsePolicy(s string) (Policy, error) {
+	f := strings.Fields(s)
+	switch {
+	case len(f) == 1 && f[0] == "all":
+		return Policy{}, nil
+	case len(f) == 1 && f[0] == "nearest":
+		return Policy{Nearest: 1}, nil
+	case len(f) == 2 && f[0] == "nearest":
+		n, err := strconv.Atoi(f[1])
+		if err != nil || n < 1 || n > MaxNearest {
+			return Policy{}, fmt.Errorf("nearest takes a number of records from 1 to %d, not %q", MaxNearest, f[1])
+		}
+		return Policy{Nearest: n}, nil
+	}
+	return Policy{}, fmt.Errorf("a policy is all, nearest or nearest N, not %q", s)
+}
+
+func (p Policy) String() string {
+	switch p.Nearest {
+	case 0:
+		return "all"
+	case 1:
+		return "nearest"
+	}
+	return "nearest " + strconv.Itoa(p.Nearest)
+}
+
+// Policy returns the policy the owner of s set on its Service: the local one's when there is one;
+// else the first mirror's, which Linkerd copies from the remote Service. ok is false without one.
+func (s *Service) Policy() (p Policy, ok bool) {
+	if len(s.Members) == 0 || s.Members[0].Policy == nil {
+		return Policy{}, false
+	}
+	return *s.Members[0].Policy, true
+}
+
+// Depleted reports whether the nearest tier that has a member of s has no ready record: an answer
+// that keeps the nearest tiers fails over to farther ones.
+func (s *Service) Depleted() bool {
+	nearest, ready := uint8(255), false
+	for _, c := range s.clusters {
+		has := c.a[1] > c.a[0] || c.aaaa[1] > c.aaaa[0]
+		switch {
+		case c.tier < nearest:
+			nearest, ready = c.tier, has
+		case c.tier == nearest:
+			ready = ready || has
+		}
+	}
+	return !ready
+}
+
+// MemberCluster is a member cluster of a service, and its tier.
+type MemberCluster struct {
+	Name string
+	Tier uint8
+}
+
+// Clusters returns the member clusters of s.
+func (s *Service) Clusters() []MemberCluster {
+	out := make([]MemberCluster, len(s.clusters))
+	for i, c := range s.clusters {
+		out[i] = MemberCluster{c.name, c.tier}
+	}
+	return out
+}
+
+// Keep returns the prefix of rs, one address family's ready records in tier order, that p
+// answers: all of them, or the nearest tiers until they hold at least p.Nearest.
+func (p Policy) Keep(rs []Record) []Record {
+	i := 0
+	for i < len(rs) && !(i > 0 && rs[i].Tier != rs[i-1].Tier && p.Full(i)) {
+		i++
+	}
+	return rs[:i]
+}
+
+// Full reports whether tiers holding n records, whole, are all p answers of a service: then no
+// farther tier is answered.
+func (p Policy) Full(n int) bool { return p.Nearest > 0 && n >= p.Nearest }
