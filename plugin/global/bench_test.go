@@ -23,11 +23,14 @@ func (discard) WriteMsg(*dns.Msg) error { return nil }
 func BenchmarkServeDNS(b *testing.B) {
 	g := newGlobal(b, source())
 	g.rotate = true // the default
+	g.Zones = []string{"global.", "near.global."}
+	g.policies = map[string]index.Policy{"near.global.": {Nearest: 1}}
 	for _, q := range []struct {
 		name, qname string
 		qtype       uint16
 	}{
 		{"service", "foo.db.global.", dns.TypeA},
+		{"nearest", "foo.db.near.global.", dns.TypeA},
 		{"short", "foo.global.", dns.TypeA},
 		{"cluster", "west.foo.db.global.", dns.TypeA},
 		{"pod", "foo-0.west.foo.db.global.", dns.TypeA},

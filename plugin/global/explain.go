@@ -141,6 +141,8 @@ func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *
 	for _, m := range svc.Members {
 		member[topo.ClusterOf(m)] = m.Namespace + "/" + m.Name
 	}
+	pol, from := g.policyOf(zone, svc)
+	kept := keptTiers(pol, svc, n)
 	var lines []string
 	answered, leftOut := 0, 0
 	for r := range svc.Records().All() {
@@ -163,6 +165,9 @@ func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *
 				}
 			}
 		}
+		if state == index.StateReady && !kept.has(r) {
+			state = "beyond-nearest"
+		}
 		if state == index.StateReady {
 			answered++
 		} else {
@@ -171,12 +176,109 @@ func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *
 		lines = append(lines, fmt.Sprintf("addr=%s host=%s cluster=%s tier=%d why=%s member=%s state=%s%s",
 			r.Addr(), r.Host, r.Cluster, r.Tier, topo.Why(r.Cluster), member[r.Cluster], state, port))
 	}
-	summary := fmt.Sprintf("service=%s records=%d left-out=%d synced=%t serial=%d age=%d",
-		svc.Key, answered, leftOut, g.index.Ready(), snap.Serial, age(svc.Built()))
+	summary := fmt.Sprintf("service=%s records=%d left-out=%d synced=%t serial=%d age=%d policy=%s from=%s",
+		svc.Key, answered, leftOut, g.index.Ready(), snap.Serial, age(svc.Built()), strings.ReplaceAll(pol.String(), " ", "-"), from)
 	if nxdomain {
 		summary += " exists=false: no ready record here"
 	}
-	return append([]string{summary}, lines...)
+	return append(append([]string{summary}, explainTiers(pol, svc, n, kept)...), lines...)
+}
+
+// tierSet is a set of tiers (there are at most maxTopologyKeys+2).
+type tierSet uint32
+
+func (s tierSet) with(t uint8) tierSet    { return s | 1<<t }
+func (s tierSet) holds(t uint8) bool      { return s&(1<<t) != 0 }
+func (s tierSet) union(o tierSet) tierSet { return s | o }
+
+// answered is, for a name of a service, the tiers a policy answers: of A records, of AAAA
+// records, or, for SRV names, of targets.
+type answered struct{ a, aaaa, srv tierSet }
+
+// has reports whether r's tier is answered for r's family (any family for SRV names).
+func (k answered) has(r *index.Record) bool {
+	switch {
+	case k.srv != 0:
+		return k.srv.holds(r.Tier)
+	case r.Family() == index.IPv4:
+		return k.a.holds(r.Tier)
+	}
+	return k.aaaa.holds(r.Tier)
+}
+
+// keptTiers returns the tiers policy p answers for name n of svc, as answer and srv choose them.
+func keptTiers(p index.Policy, svc *index.Service, n name) answered {
+	view := viewOf(svc, n)
+	var k answered
+	if n.kind == kindSRV || n.kind == kindProto {
+		srvs := 0
+		for t := range view.Targets() {
+			ports := 0
+			for _, port := range t.Ports {
+				if portMatches(port, n.port, n.proto) {
+					ports++
+				}
+			}
+			if ports > 0 && k.srv != 0 && !k.srv.holds(t.Tier) && p.Full(srvs) {
+				break
+			}
+			if ports > 0 {
+				k.srv, srvs = k.srv.with(t.Tier), srvs+ports
+			}
+		}
+		return k
+	}
+	for _, r := range p.Keep(view.A) {
+		k.a = k.a.with(r.Tier)
+	}
+	for _, r := range p.Keep(view.AAAA) {
+		k.aaaa = k.aaaa.with(r.Tier)
+	}
+	return k
+}
+
+// explainTiers says, under a nearest policy, which tiers of members name n of svc answers, and why
+// each other is left out.
+func explainTiers(p index.Policy, svc *index.Service, n name, k answered) []string {
+	if p.Nearest == 0 {
+		return nil
+	}
+	view := viewOf(svc, n)
+	type tier struct {
+		clusters []string
+		ready    int
+	}
+	tiers := map[uint8]*tier{}
+	for _, c := range svc.Clusters() {
+		if n.cluster != "" && c.Name != n.cluster {
+			continue
+		}
+		t := tiers[c.Tier]
+		if t == nil {
+			t = &tier{}
+			tiers[c.Tier] = t
+		}
+		t.clusters = append(t.clusters, c.Name)
+	}
+	for _, rs := range [][]index.Record{view.A, view.AAAA} {
+		for _, r := range rs {
+			tiers[r.Tier].ready++
+		}
+	}
+	all := k.a.union(k.aaaa).union(k.srv)
+	var lines []string
+	for _, t := range slices.Sorted(maps.Keys(tiers)) {
+		line := fmt.Sprintf("tier=%d clusters=%s ready=%d answered=%t", t, strings.Join(tiers[t].clusters, ","), tiers[t].ready, all.holds(t))
+		switch {
+		case all.holds(t):
+		case tiers[t].ready == 0:
+			line += " why=no-ready-record"
+		default:
+			line += fmt.Sprintf(" why=nearer-tiers-hold-%d", p.Nearest)
+		}
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // serviceName is the <ns>/<svc> a name asks for, or the bare name of a short one.

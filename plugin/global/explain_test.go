@@ -56,7 +56,7 @@ func TestExplain(t *testing.T) {
 		lines []string
 	}{
 		{"foo.db.global.", dns.RcodeSuccess, []string{
-			"service=db/foo records=5 left-out=1 synced=true serial=_ age=_",
+			"service=db/foo records=5 left-out=1 synced=true serial=_ age=_ policy=all from=default",
 			"addr=10.0.0.1 host=foo-0 cluster=east tier=0 why=local member=db/foo state=ready",
 			"addr=10.0.0.2 host=foo-1 cluster=east tier=0 why=local member=db/foo state=ready",
 			"addr=10.96.0.1 host=foo-0 cluster=west tier=1 why=zone:z1 member=db/foo-west state=ready",
@@ -65,14 +65,14 @@ func TestExplain(t *testing.T) {
 			"addr=10.0.0.3 host=foo-2 cluster=east tier=0 why=local member=db/foo state=not-ready",
 		}},
 		{"foo-2.east.foo.db.global.", dns.RcodeNameError, []string{
-			"service=db/foo records=0 left-out=1 synced=true serial=_ age=_ exists=false: no ready record here",
+			"service=db/foo records=0 left-out=1 synced=true serial=_ age=_ policy=all from=default exists=false: no ready record here",
 			"addr=10.0.0.3 host=foo-2 cluster=east tier=0 why=local member=db/foo state=not-ready",
 		}},
 		{"_metrics._tcp.west.foo.db.global.", dns.RcodeNameError, []string{
 			"exists=false: not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms",
 		}},
 		{"_metrics._tcp.foo.db.global.", dns.RcodeSuccess, []string{
-			"service=db/foo records=2 left-out=4 synced=true serial=_ age=_",
+			"service=db/foo records=2 left-out=4 synced=true serial=_ age=_ policy=all from=default",
 			"addr=10.0.0.1 host=foo-0 cluster=east tier=0 why=local member=db/foo state=no-matching-port",
 			"addr=10.0.0.2 host=foo-1 cluster=east tier=0 why=local member=db/foo state=no-matching-port",
 			"addr=10.96.0.1 host=foo-0 cluster=west tier=1 why=zone:z1 member=db/foo-west state=ready port=9000",
@@ -126,8 +126,8 @@ func TestExplainAmbiguousAndUnsynced(t *testing.T) {
 	m := chaos(t, g, "foo.global.", dns.ClassCHAOS)
 	want := []string{
 		"name=foo ambiguous=true namespaces=app,db: ask for foo.<namespace>, or list one in prefer_namespaces",
-		"service=app/foo records=1 left-out=0 synced=true serial=_ age=_",
-		"service=db/foo records=5 left-out=1 synced=true serial=_ age=_",
+		"service=app/foo records=1 left-out=0 synced=true serial=_ age=_ policy=all from=default",
+		"service=db/foo records=5 left-out=1 synced=true serial=_ age=_ policy=all from=default",
 	}
 	if got := txts(t, m); m.Rcode != dns.RcodeNameError || !slices.Equal(got, want) {
 		t.Errorf("ambiguous: %s\n got %q\nwant %q", dns.RcodeToString[m.Rcode], got, want)

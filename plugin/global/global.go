@@ -31,10 +31,11 @@ type Global struct {
 	Fall  fall.F
 
 	ttl              uint32
-	mcsZones         []string // the zones with MCS names (`names mcs`); the others have .global's
-	rotate           bool     // rotate addresses within each tier
-	explain          bool     // answer CH TXT with the explanation of a name
-	preferNamespaces []string // order in which short names pick a namespace
+	mcsZones         []string                // the zones with MCS names (`names mcs`); the others have .global's
+	rotate           bool                    // rotate addresses within each tier
+	explain          bool                    // answer CH TXT with the explanation of a name
+	preferNamespaces []string                // order in which short names pick a namespace
+	policies         map[string]index.Policy // by zone, the zones' policies; under "", the instance's
 	startupTimeout   time.Duration
 	nsAddrs          []netip.Addr // the addresses ns1.dns.<zone> answers with
 

@@ -118,10 +118,15 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 		return false
 	}
 
+	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
+	var pol index.Policy
+	if svc != nil {
+		pol, _ = g.policyOf(state.Zone, svc)
+	}
 	switch {
 	case n.kind == kindSRV && qtype == dns.TypeSRV && !view.Empty():
 		// The name exists exactly when it has an SRV record: the answer decides, in one pass.
-		if m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, n.port, n.proto); len(m.Answer) == 0 {
+		if m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, n.port, n.proto, pol); len(m.Answer) == 0 {
 			m.Rcode = dns.RcodeNameError
 		}
 	case !exists(snap, n, view):
@@ -133,17 +138,19 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
 	case n.kind == kindSRV: // and not an SRV question: NODATA
 	case qtype == dns.TypeA:
-		m.Answer = g.addrs(owner, view.A)
+		m.Answer = g.addrs(owner, pol.Keep(view.A))
 	case qtype == dns.TypeAAAA:
-		m.Answer = g.addrs(owner, view.AAAA)
+		m.Answer = g.addrs(owner, pol.Keep(view.AAAA))
 	case qtype == dns.TypeSRV:
-		m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, "", "")
+		m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, "", "", pol)
 	case qtype == dns.TypeANY:
 		// RFC 8482: a subset is a fine answer to ANY; the addresses are what a client wants.
-		m.Answer = append(g.addrs(owner, view.A), g.addrs(owner, view.AAAA)...)
+		m.Answer = append(g.addrs(owner, pol.Keep(view.A)), g.addrs(owner, pol.Keep(view.AAAA))...)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+	} else if pol.Nearest > 0 {
+		failedOver(svc, n)
 	}
 	return true
 }
@@ -154,6 +161,12 @@ func (g *Global) find(state request.Request, m *dns.Msg, snap *index.Snapshot, n
 	if svc, ok = g.service(state, m, snap, n); !ok || svc == nil {
 		return svc, view, ok
 	}
+	return svc, viewOf(svc, n), true
+}
+
+// viewOf is the view of svc that n names: one pod's, one cluster's or the whole service's.
+func viewOf(svc *index.Service, n name) index.View {
+	var view index.View
 	switch {
 	case n.host != "":
 		view, _ = svc.Host(n.cluster, n.host)
@@ -162,7 +175,7 @@ func (g *Global) find(state request.Request, m *dns.Msg, snap *index.Snapshot, n
 	default:
 		view = svc.All()
 	}
-	return svc, view, true
+	return view
 }
 
 // exists reports whether name n, whose view is view, exists. As in RFC 8020, nothing exists below

@@ -100,11 +100,11 @@ func (g *Global) addr(owner string, a netip.Addr) dns.RR {
 	return &dns.AAAA{Hdr: g.hdr(owner, dns.TypeAAAA), AAAA: net.IP(a.AsSlice())}
 }
 
-// srv returns one SRV record per target and port matching port/proto ("" matches any), and the
-// targets' addresses as glue. Priority is the tier; targets of one tier share the weight equally.
-// A first pass sizes everything, so the answer takes a handful of allocations, not a few per
-// target: the records, the glue, and the target names cut from one string.
-func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port, proto string) (answer, extra []dns.RR) {
+// srv returns one SRV record per target and port matching port/proto ("" matches any), of the
+// tiers policy p answers, and the targets' addresses as glue. Priority is the tier; targets of one
+// tier share the weight equally. A first pass sizes everything, so the answer takes a handful of
+// allocations, not a few per target: the records, the glue, and the target names cut from one string.
+func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port, proto string, p index.Policy) (answer, extra []dns.RR) {
 	domain := g.scheme(zone).serviceDomain(k, zone)
 	domainLen := 0
 	for _, s := range domain {
@@ -123,6 +123,9 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 			if portMatches(p, port, proto) {
 				n++
 			}
+		}
+		if n > 0 && len(targets) > 0 && t.Tier != targets[len(targets)-1].Tier && p.Full(srvs) {
+			break
 		}
 		if n > 0 {
 			targets = append(targets, srvTarget{t, n})

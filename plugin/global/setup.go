@@ -1,6 +1,7 @@
 package global
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -219,13 +220,13 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			Namespace: writer.DefaultLeaseNamespace(), Name: writer.DefaultLeaseName,
 			Duration: writer.DefaultLeaseDuration, RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
 		},
-		g: &Global{rotate: true, explain: true},
+		g: &Global{rotate: true, explain: true, policies: map[string]index.Policy{}},
 	}
 	seen := map[string]bool{}
 	for c.NextBlock() {
 		opt := c.Val()
 		args := c.RemainingArgs()
-		if seen[opt] && opt != "locality" {
+		if seen[opt] && opt != "locality" && opt != "policy" {
 			return nil, c.Errf("%s given twice", opt)
 		}
 		seen[opt] = true
@@ -286,6 +287,8 @@ func parseStanza(c *caddy.Controller) (*config, error) {
 			cfg.writer.ServiceImports, err = onOff(c, opt, args)
 		case "names":
 			cfg.g.mcsZones, err = parseNames(c, args, zones)
+		case "policy":
+			err = parsePolicy(c, args, zones, cfg.g.policies)
 		case "rotate":
 			cfg.g.rotate, err = onOff(c, opt, args)
 		case "explain":
@@ -411,6 +414,46 @@ func parseNames(c *caddy.Controller, args, zones []string) ([]string, error) {
 		return mcs, nil
 	}
 	return nil, c.Errf("names takes global or mcs [ZONES...], not %q", strings.Join(args, " "))
+}
+
+// parsePolicy parses `policy all|nearest [N] [ZONES...]` into policies: the policy of the zones
+// given (each one of the plugin's zones, each once), or without zones the instance's default, under
+// "" (once).
+func parsePolicy(c *caddy.Controller, args, zones []string, policies map[string]index.Policy) error {
+	if len(args) == 0 {
+		return c.ArgErr()
+	}
+	mode, rest := args[0], args[1:]
+	if _, err := strconv.Atoi(firstOf(rest)); mode == "nearest" && err == nil {
+		mode, rest = mode+" "+rest[0], rest[1:]
+	}
+	p, err := index.ParsePolicy(mode)
+	if err != nil {
+		return c.Errf("policy: %v", err)
+	}
+	if len(rest) == 0 {
+		rest = []string{""}
+	} else if rest, err = parseZones(c, rest); err != nil {
+		return err
+	}
+	for _, z := range rest {
+		if z != "" && !slices.Contains(zones, z) {
+			return c.Errf("policy: %q is not one of the plugin's zones %v", z, zones)
+		}
+		if _, dup := policies[z]; dup {
+			return c.Errf("policy for %s given twice", cmp.Or(z, "the instance (no zones)"))
+		}
+		policies[z] = p
+	}
+	return nil
+}
+
+// firstOf is the first of args, "" when there is none.
+func firstOf(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
 }
 
 // namesArg parses a list of namespace names.

@@ -60,6 +60,13 @@ var (
 		Buckets:                     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
 	})
+	// FailoverAnswers counts answers under a `nearest` policy that skipped a nearer tier.
+	FailoverAnswers = promauto.NewCounter(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "failover_answers_total",
+		Help:      "Answers for a service under a nearest policy that skipped a nearer tier with a member but no ready record of the type asked.",
+	})
 	// Skipped counts Kubernetes objects, or parts of them, that were skipped or handled specially, by reason.
 	Skipped = promauto.NewCounterVec(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
