@@ -142,7 +142,6 @@ func (cfg *config) build() (*Global, error) {
 		if g.electionClient, err = kubernetes.NewForConfig(erc); err != nil {
 			return nil, fmt.Errorf("kubernetes client: %w", err)
 		}
-		cfg.writer.Topology = &cfg.topology
 		g.writer = writer.New(wclient, mclient, g.index, cfg.namespaces, cfg.writer)
 		g.election = cfg.election
 	}

@@ -7,11 +7,11 @@ import (
 // health counts the index's records per member cluster and state, for the records gauges, and
 // tells when a linked cluster goes down or comes back: once per cluster, not once per record.
 type health struct {
-	topo     *Topology
 	counts   map[string]*clusterCounts
 	reported map[string]clusterCounts // as last reported
 	down     map[string]bool          // clusters reported down
 	unnamed  bool                     // the cluster-name warning was given
+	nowhere  map[string]bool          // clusters warned of having no locality
 }
 
 type clusterCounts struct {
@@ -19,8 +19,8 @@ type clusterCounts struct {
 	noPodMirror int              // mirror records without a per-pod mirror: readiness from the headless mirror alone
 }
 
-func newHealth(topo *Topology) health {
-	return health{topo: topo, counts: map[string]*clusterCounts{}, reported: map[string]clusterCounts{}, down: map[string]bool{}}
+func newHealth() health {
+	return health{counts: map[string]*clusterCounts{}, reported: map[string]clusterCounts{}, down: map[string]bool{}, nowhere: map[string]bool{}}
 }
 
 // add counts svc's records with sign +1 (published) or -1 (replaced); svc may be nil. A big
@@ -41,7 +41,7 @@ func (h *health) add(svc *Service, sign int) {
 				cluster = r.Cluster
 				c = h.of(cluster)
 			}
-			c.add(r, h.topo.Local, sign)
+			c.add(r, svc.topo.Local, sign)
 		}
 	}
 }
@@ -72,16 +72,24 @@ func (c *clusterCounts) plus(n clusterCounts, sign int) {
 }
 
 // report sets the gauges of the clusters whose counts changed since the last report, and logs
-// each cluster that went down (it has records, none ready, some with the gateway down) or came back.
-func (h *health) report() {
+// each cluster that went down (it has records, none ready, some with the gateway down) or came back,
+// and, once, each member cluster that topo knows no locality of (it is in the last tier).
+func (h *health) report(topo *Topology) {
 	mirrors := 0
 	for cluster, c := range h.counts {
 		total := 0
 		for _, n := range c.states {
 			total += n
 		}
-		if cluster != h.topo.Local {
+		if cluster != topo.Local {
 			mirrors += total
+		}
+		if nowhere := total > 0 && cluster != topo.Local && topo.From(cluster) == ""; nowhere != h.nowhere[cluster] {
+			if nowhere {
+				telemetry.Log.Warningf("linked cluster %q has no locality: it is in the last tier; label its Linkerd Link with %s and %s, "+
+					"or give it a `locality` line", cluster, RegionKey, ZoneKey)
+			}
+			h.nowhere[cluster] = nowhere
 		}
 		if total == 0 { // unlinked, or its services went: nothing to be down or back
 			h.forget(cluster)
@@ -106,10 +114,18 @@ func (h *health) report() {
 		h.down[cluster] = down
 		telemetry.ClusterDown.WithLabelValues(cluster).Set(b2f(down))
 	}
-	unnamed := h.topo.Unnamed && mirrors > 0
+	if nowhere := mirrors > 0 && topo.From(topo.Local) == ""; nowhere != h.nowhere[topo.Local] {
+		if nowhere {
+			telemetry.Log.Warningf("this cluster (%q) has no locality while mirrors from linked clusters exist: every linked cluster is in "+
+				"the last tier; give it a `locality` line, or %s and %s labels shared by all its Nodes", topo.Local, RegionKey, ZoneKey)
+		}
+		h.nowhere[topo.Local] = nowhere
+	}
+	unnamed := topo.Unnamed && mirrors > 0
 	if unnamed && !h.unnamed {
-		telemetry.Log.Warningf("the Corefile names no cluster (`cluster` is %q) while mirrors from linked clusters exist: "+
-			"pods asking for their own per-cluster or per-pod name under the name the other clusters use get NXDOMAIN", h.topo.Local)
+		telemetry.Log.Warningf("the Corefile names no cluster (`cluster` is %q), nor does a ClusterProperty cluster.clusterset.k8s.io, "+
+			"while mirrors from linked clusters exist: pods asking for their own per-cluster or per-pod name under the name the other "+
+			"clusters use get NXDOMAIN", topo.Local)
 	}
 	h.unnamed = unnamed
 	telemetry.ClusterUnnamed.Set(b2f(unnamed))
@@ -120,6 +136,7 @@ func (h *health) forget(cluster string) {
 	delete(h.counts, cluster)
 	delete(h.reported, cluster)
 	delete(h.down, cluster)
+	delete(h.nowhere, cluster)
 	telemetry.Records.DeletePartialMatch(map[string]string{"cluster": cluster})
 	telemetry.RecordsWithoutPodMirror.DeleteLabelValues(cluster)
 	telemetry.ClusterDown.DeleteLabelValues(cluster)

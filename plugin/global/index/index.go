@@ -158,7 +158,7 @@ func emptySnapshot() *Snapshot { return &Snapshot{namespaces: map[string]int{}} 
 // publisher rebuilds the dirty ones from the Source and swaps in a new snapshot. Events that arrive
 // while it works are coalesced into the next round.
 type Index struct {
-	topo *Topology
+	topo atomic.Pointer[Topology]
 	src  Source
 	snap atomic.Pointer[Snapshot]
 
@@ -176,13 +176,33 @@ type Index struct {
 
 // New returns an empty index that builds global services from src, ranked by topo.
 func New(topo *Topology, src Source) *Index {
-	ix := &Index{topo: topo, src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), synced: make(chan struct{}), records: newHealth(topo)}
+	ix := &Index{src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), synced: make(chan struct{}), records: newHealth()}
+	ix.topo.Store(topo)
 	ix.snap.Store(emptySnapshot())
 	return ix
 }
 
-// Topology returns the topology the index ranks clusters by.
-func (ix *Index) Topology() *Topology { return ix.topo }
+// Topology returns the topology the index ranks clusters by now.
+func (ix *Index) Topology() *Topology { return ix.topo.Load() }
+
+// SetTopology ranks clusters by topo from now on: every global service is built again with it (a
+// service's tiers, the cluster names of its local records, its zones all follow). Nothing happens
+// when topo equals the current one.
+func (ix *Index) SetTopology(topo *Topology) {
+	if ix.topo.Load().Equal(topo) {
+		return
+	}
+	ix.topo.Store(topo)
+	now := time.Now()
+	ix.mu.Lock()
+	for _, k := range ix.snap.Load().Keys() {
+		if _, ok := ix.dirty[k]; !ok {
+			ix.dirty[k] = now
+		}
+	}
+	ix.mu.Unlock()
+	ix.signal()
+}
 
 // Snapshot returns the current snapshot.
 func (ix *Index) Snapshot() *Snapshot { return ix.snap.Load() }
@@ -269,9 +289,10 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 		Published:  time.Now(),
 	}
 	changed := make([]Key, 0, len(dirty))
+	topo := ix.topo.Load()
 	for k := range dirty {
 		prev := old.Service(k)
-		svc := ix.topo.Rebuild(prev, k, ix.src)
+		svc := topo.Rebuild(prev, k, ix.src)
 		if prev == nil && svc == nil {
 			continue
 		}
@@ -280,7 +301,7 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 		ix.account(prev, svc)
 	}
 	ix.snap.Store(next)
-	ix.records.report()
+	ix.records.report(topo)
 
 	now := time.Now()
 	for _, t := range dirty {

@@ -28,6 +28,7 @@ type Service struct {
 	clusters  []clusterRun         // where each member cluster's ready records are
 	annotated []clusterAnnotations // the member clusters whose slices have annotations kept
 	built     int64                // when it was built, in Unix nanoseconds
+	topo      *Topology            // what it was built with
 	inc       *incremental         // nil below incrementalMin records
 }
 
@@ -149,7 +150,7 @@ func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
 	}
 	s.annotated = t.sliceAnnotations(s.Members, slicesOf)
 	var gens []uint64
-	if prev != nil && prev.inc != nil && slices.Equal(prev.Members, s.Members) {
+	if prev != nil && prev.inc != nil && prev.topo == t && slices.Equal(prev.Members, s.Members) {
 		w := len(s.Warnings)
 		if gens = generations(s.Members, src); t.update(prev, s, slicesOf, src, gens) {
 			return s
@@ -166,7 +167,7 @@ func (t *Topology) members(k Key, src Source) (s *Service, slicesOf [][]*Slice) 
 	if len(members) == 0 {
 		return nil, nil
 	}
-	s = &Service{Key: k, built: time.Now().UnixNano()}
+	s = &Service{Key: k, built: time.Now().UnixNano(), topo: t}
 	if s.Members = t.acceptMembers(members, &s.Warnings); len(s.Members) == 0 {
 		return nil, nil
 	}

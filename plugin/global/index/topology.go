@@ -1,5 +1,13 @@
 package index
 
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
 // Well-known locality keys; `zone` and `region` in the Corefile are short for these.
 const (
 	ZoneKey   = "topology.kubernetes.io/zone"
@@ -11,11 +19,133 @@ var DefaultKeys = []string{ZoneKey, RegionKey}
 
 // Topology ranks clusters. Tier 0 is this cluster; a linked cluster gets tier i for the first
 // preference key Keys[i-1] on which its locality equals this cluster's, and len(Keys)+1 otherwise.
+// It is immutable once in use: a change is a new Topology (see Index.SetTopology).
 type Topology struct {
 	Local    string                       // this cluster's name
-	Unnamed  bool                         // Local is a default: the configuration names no cluster
+	Unnamed  bool                         // Local is a default: nothing names this cluster
 	Keys     []string                     // preference keys, most specific first
 	Locality map[string]map[string]string // cluster -> key -> value
+	// Where Local and each cluster's Locality come from: a Source; SourceCorefile when unset.
+	LocalFrom    string
+	LocalityFrom map[string]string
+}
+
+// Where a topology's facts come from.
+const (
+	SourceDefault         = "default"         // nothing says: `cluster`'s default
+	SourceCorefile        = "corefile"        // `cluster`, `locality`
+	SourceClusterProperty = "clusterproperty" // the ClusterProperty cluster.clusterset.k8s.io (KEP-2149)
+	SourceLink            = "link"            // the labels of the cluster's Linkerd Link
+	SourceNodes           = "nodes"           // the labels every Node of this cluster shares
+)
+
+// Discovered is what the cluster's objects say of its topology (see watch.Topology): this
+// cluster's name, the locality labels of each linked cluster's Link, and those all this
+// cluster's Nodes share. Empty fields say nothing.
+type Discovered struct {
+	Cluster string
+	Links   map[string]map[string]string // linked cluster -> key -> value
+	Nodes   map[string]string            // key -> value
+}
+
+// With returns the topology of t, the Corefile's, completed by d: what the Corefile says wins,
+// and each disagreement of d with it is returned as a warning. A cluster's locality comes whole
+// from one source.
+func (t *Topology) With(d Discovered) (*Topology, []string) {
+	out := &Topology{Local: t.Local, Unnamed: t.Unnamed, Keys: t.Keys, Locality: map[string]map[string]string{},
+		LocalFrom: t.localFrom(), LocalityFrom: map[string]string{}}
+	var warnings []string
+	for c, l := range t.Locality {
+		out.Locality[c], out.LocalityFrom[c] = l, SourceCorefile
+	}
+	switch {
+	case d.Cluster == "":
+	case t.Unnamed:
+		out.Local, out.Unnamed, out.LocalFrom = d.Cluster, false, SourceClusterProperty
+	case d.Cluster != t.Local:
+		warnings = append(warnings, fmt.Sprintf("this cluster is %q in the Corefile (`cluster`) and %q in its ClusterProperty cluster.clusterset.k8s.io: the Corefile's is used", t.Local, d.Cluster))
+	}
+	learn := func(cluster string, l map[string]string, from string) {
+		switch have, ok := out.Locality[cluster]; {
+		case len(l) == 0:
+		case !ok:
+			out.Locality[cluster], out.LocalityFrom[cluster] = l, from
+		case contradicts(have, l) && out.LocalityFrom[cluster] == SourceCorefile:
+			warnings = append(warnings, fmt.Sprintf("cluster %q is at %s in the Corefile (`locality`) and at %s by its %s: the Corefile's is used",
+				cluster, describeLocality(have), describeLocality(l), map[string]string{SourceLink: "Link", SourceNodes: "Nodes"}[from]))
+		}
+	}
+	learn(out.Local, d.Nodes, SourceNodes)
+	for _, c := range slices.Sorted(maps.Keys(d.Links)) {
+		if c != out.Local {
+			learn(c, d.Links[c], SourceLink)
+		}
+	}
+	return out, warnings
+}
+
+// contradicts reports whether a and b give a key different values.
+func contradicts(a, b map[string]string) bool {
+	for k, v := range b {
+		if w, ok := a[k]; ok && w != v {
+			return true
+		}
+	}
+	return false
+}
+
+// NamedBy returns what named this cluster: a Source.
+func (t *Topology) NamedBy() string { return t.localFrom() }
+
+func (t *Topology) localFrom() string {
+	switch {
+	case t.Unnamed:
+		return SourceDefault
+	case t.LocalFrom != "":
+		return t.LocalFrom
+	}
+	return SourceCorefile
+}
+
+// From returns where cluster's locality comes from, "" when it has none.
+func (t *Topology) From(cluster string) string {
+	if _, ok := t.Locality[cluster]; !ok {
+		return ""
+	}
+	return cmp.Or(t.LocalityFrom[cluster], SourceCorefile)
+}
+
+// Equal reports whether t and o rank and name clusters alike, from the same sources.
+func (t *Topology) Equal(o *Topology) bool {
+	return t.Local == o.Local && t.Unnamed == o.Unnamed && t.localFrom() == o.localFrom() && slices.Equal(t.Keys, o.Keys) &&
+		maps.EqualFunc(t.Locality, o.Locality, maps.Equal) && maps.Equal(t.LocalityFrom, o.LocalityFrom)
+}
+
+// DescribeLocality renders cluster's locality as key:value pairs (zone and region short), "none".
+func (t *Topology) DescribeLocality(cluster string) string {
+	return describeLocality(t.Locality[cluster])
+}
+
+func describeLocality(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, shortKey(k)+":"+l[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// shortKey is zone and region for the well-known keys, the key itself for others.
+func shortKey(k string) string {
+	switch k {
+	case ZoneKey:
+		return "zone"
+	case RegionKey:
+		return "region"
+	}
+	return k
 }
 
 // Tier returns the tier of cluster.
@@ -38,17 +168,14 @@ func (t *Topology) rank(cluster string) (uint8, string) {
 	here, there := t.Locality[t.Local], t.Locality[cluster]
 	for i, k := range t.Keys {
 		if v := here[k]; v != "" && there[k] == v {
-			switch k {
-			case ZoneKey:
-				k = "zone"
-			case RegionKey:
-				k = "region"
-			}
-			return uint8(i + 1), k + ":" + v
+			return uint8(i + 1), shortKey(k) + ":" + v
 		}
 	}
 	return uint8(len(t.Keys) + 1), "none"
 }
+
+// Topology returns the topology s was built with: its tiers' and its local records' cluster name's.
+func (s *Service) Topology() *Topology { return s.topo }
 
 // ClusterOf returns the name of member m's cluster: this cluster's for the local Service.
 func (t *Topology) ClusterOf(m *Member) string {

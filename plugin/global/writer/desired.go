@@ -113,7 +113,7 @@ func SliceSelector(owner string) string {
 // desiredEndpoints returns every endpoint of s, ready or not, by group. The -global slices name an
 // endpoint <host>-<cluster> (unique in one Service); the MCS slices, whose names are
 // <host>.<cluster>.<svc>..., keep the host as it is. names are the -global hostnames (nil for MCS).
-func desiredEndpoints(s *index.Service, topo *index.Topology, names map[clusterHost]string) map[group][]endpoint {
+func desiredEndpoints(s *index.Service, names map[clusterHost]string) map[group][]endpoint {
 	rs := s.Records()
 	out := map[group][]endpoint{}
 	// Each group's list made at its size: appended to, it would be copied a dozen times.
@@ -124,7 +124,7 @@ func desiredEndpoints(s *index.Service, topo *index.Topology, names map[clusterH
 	for g, n := range sizes {
 		out[g] = make([]endpoint, 0, n)
 	}
-	d := newDesire(topo, s.Namespace)
+	d := newDesire(s.Topology(), s.Namespace)
 	// Every endpoint's address list and hostname, two allocations, not two per endpoint.
 	addrs, hns := make([]string, rs.Len()), make([]string, rs.Len())
 	i := -1

@@ -160,7 +160,7 @@ func TestDesired(t *testing.T) {
 		t.Errorf("labels %v", svc.Labels)
 	}
 
-	eps := desiredEndpoints(s, indextest.Topology(), hostnames(s.Records()))
+	eps := desiredEndpoints(s, hostnames(s.Records()))
 	east := eps[group{"east", discoveryv1.AddressTypeIPv4}]
 	west := eps[group{"west", discoveryv1.AddressTypeIPv4}]
 	if len(east) != 1 || len(west) != 1 || len(eps) != 2 {
@@ -201,10 +201,10 @@ func TestOwnerIsALabelValue(t *testing.T) {
 // BenchmarkDesiredEndpoints is the writer's desired state of a global service of 10,000
 // endpoints: what every sync of it computes.
 func BenchmarkDesiredEndpoints(b *testing.B) {
-	_, _, _, topo, svc := bigGlobalService(100)
+	_, _, _, _, svc := bigGlobalService(100)
 	b.ReportAllocs()
 	for b.Loop() {
-		if n := len(desiredEndpoints(svc, topo, hostnames(svc.Records()))); n != 1 {
+		if n := len(desiredEndpoints(svc, hostnames(svc.Records()))); n != 1 {
 			b.Fatal(n)
 		}
 	}
@@ -213,9 +213,9 @@ func BenchmarkDesiredEndpoints(b *testing.B) {
 // BenchmarkPlace places the 10,000 desired endpoints of BenchmarkDesiredEndpoints' service in the
 // 100 slices that already hold them: what every sync of it does after computing them.
 func BenchmarkPlace(b *testing.B) {
-	_, _, _, topo, svc := bigGlobalService(10000)
+	_, _, _, _, svc := bigGlobalService(10000)
 	var want []endpoint
-	for _, w := range desiredEndpoints(svc, topo, hostnames(svc.Records())) {
+	for _, w := range desiredEndpoints(svc, hostnames(svc.Records())) {
 		want = w
 	}
 	current, currentPorts := map[int][]string{}, map[int]string{}

@@ -111,10 +111,10 @@ type change struct {
 }
 
 // changes returns what changed in p's slices from p.svc to s, and false when a whole sync is due:
-// the members, their slices' annotations, or which hostnames the service has, changed. Nothing of
+// the members, their slices' annotations, the topology, or which hostnames the service has, changed. Nothing of
 // p is modified.
-func (p *plan) changes(s *index.Service, topo *index.Topology) ([]change, bool) {
-	if !slices.Equal(p.svc.Members, s.Members) || !index.SameAnnotations(p.svc, s) {
+func (p *plan) changes(s *index.Service) ([]change, bool) {
+	if !slices.Equal(p.svc.Members, s.Members) || !index.SameAnnotations(p.svc, s) || p.svc.Topology() != s.Topology() {
 		return nil, false
 	}
 	gone, came, ok := index.Changes(p.svc, s)
@@ -153,7 +153,7 @@ func (p *plan) changes(s *index.Service, topo *index.Topology) ([]change, bool) 
 		went[key{c.g, c.id}] = len(out)
 		out = append(out, c)
 	}
-	d := newDesire(topo, s.Namespace)
+	d := newDesire(s.Topology(), s.Namespace)
 	for i := range came {
 		r := &came[i]
 		hn, addr := p.hostname(r), r.Addr().String()
@@ -248,7 +248,7 @@ func (r *reconciler) syncPlan(ctx context.Context, k index.Key, set sliceSet, s 
 	if p.owner != set.owner.UID || !p.current(have) {
 		return false, nil
 	}
-	cs, ok := p.changes(s, r.cfg.Topology)
+	cs, ok := p.changes(s)
 	if !ok {
 		return false, nil
 	}

@@ -146,7 +146,7 @@ func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Servi
 	if err != nil {
 		return err
 	}
-	if err := r.syncSlices(ctx, k, globalSet(k, svc, r.cfg.Owner, meshOf(s, r.cfg.Topology.Local)), s, haveSlices); err != nil {
+	if err := r.syncSlices(ctx, k, globalSet(k, svc, r.cfg.Owner, meshOf(s, s.Topology().Local)), s, haveSlices); err != nil {
 		return err
 	}
 	// Last, so that the new objects are in place before the old ones go.
@@ -274,7 +274,7 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, 
 	if !set.hosts {
 		names = hostnames(s.Records())
 	}
-	want := desiredEndpoints(s, r.cfg.Topology, names)
+	want := desiredEndpoints(s, names)
 	var p *plan
 	if s.Big() {
 		p = newPlan(s, set.owner.UID, exceptions(names))

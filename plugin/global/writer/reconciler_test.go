@@ -53,7 +53,7 @@ func newTestReconciler(objs ...runtime.Object) (*reconciler, *fake.Clientset) {
 		}
 	}
 	return &reconciler{
-		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology(), Owner: testOwner},
+		cfg:    Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Owner: testOwner},
 		client: client, store: st, tracker: newTracker(), conflicts: newConflicts(),
 	}, client
 }

@@ -30,9 +30,8 @@ import (
 
 // Config is what the Corefile says about writing.
 type Config struct {
-	Suffix       string          // the written Service is <svc><Suffix>
-	MaxEndpoints int             // per EndpointSlice
-	Topology     *index.Topology // this cluster's name (its endpoints get nodeName and targetRef), zones
+	Suffix       string // the written Service is <svc><Suffix>
+	MaxEndpoints int    // per EndpointSlice
 	Workers      int
 	Owner        string        // this writer's LabelWriter value: Owner(lease)
 	Resync       time.Duration // how often a term looks at everything again; default DefaultResync

@@ -26,7 +26,7 @@ func TestTermsDoNotOverlap(t *testing.T) {
 	ix := index.New(indextest.Topology(), indextest.New())
 	ix.Start()
 	ix.Publish()
-	w := New(fake.NewClientset(), nil, ix, nil, Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints, Topology: indextest.Topology()})
+	w := New(fake.NewClientset(), nil, ix, nil, Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints})
 	w.Start(ctx)
 
 	first, endFirst := context.WithCancel(ctx)
