@@ -92,16 +92,16 @@ func (g *Global) explainReplica(snap *index.Snapshot) []string {
 			leader, leading = *l, *l == g.identity
 		}
 	}
-	lines := []string{fmt.Sprintf("synced=%t services=%d records=%d serial=%d age=%d cluster=%s leader=%s leading=%t writer=%t version=%s",
-		g.index.Ready(), snap.Len(), records, snap.Serial, age(snap.Published), topo.Local, leader, leading, g.writer != nil,
+	lines := []string{fmt.Sprintf("synced=%t services=%d records=%d serial=%d age=%d cluster=%s named-by=%s leader=%s leading=%t writer=%t version=%s",
+		g.index.Ready(), snap.Len(), records, snap.Serial, age(snap.Published), topo.Local, topo.NamedBy(), leader, leading, g.writer != nil,
 		coremain.CoreVersion+"+"+cmp.Or(coremain.GitCommit, "unknown"))}
 	names := slices.SortedFunc(maps.Keys(clusters), func(a, b string) int {
 		return cmp.Or(cmp.Compare(clusters[a].tier, clusters[b].tier), cmp.Compare(a, b))
 	})
 	for _, c := range names {
 		n := clusters[c]
-		lines = append(lines, fmt.Sprintf("cluster=%s tier=%d why=%s ready=%d not-ready=%d terminating=%d gateway-down=%d",
-			c, n.tier, topo.Why(c), n.ready, n.notReady, n.terminating, n.gatewayDown))
+		lines = append(lines, fmt.Sprintf("cluster=%s tier=%d why=%s locality=%s from=%s ready=%d not-ready=%d terminating=%d gateway-down=%d",
+			c, n.tier, topo.Why(c), topo.DescribeLocality(c), cmp.Or(topo.From(c), "nothing"), n.ready, n.notReady, n.terminating, n.gatewayDown))
 	}
 	return lines
 }

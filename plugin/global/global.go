@@ -39,8 +39,11 @@ type Global struct {
 	startupTimeout   time.Duration
 	nsAddrs          []netip.Addr // the addresses ns1.dns.<zone> answers with
 
-	watcher *watch.Watcher
-	index   *index.Index
+	watcher  *watch.Watcher
+	index    *index.Index
+	corefile *index.Topology // what the Corefile says; the index's is it completed by topology
+	topology *watch.Topology
+	warned   map[string]bool // the topology's disagreements with the Corefile, as last logged
 
 	// The EndpointSlice writer, nil with `endpointslices off`, and the Lease that gates it.
 	writer         *writer.Writer
@@ -69,7 +72,15 @@ func (g *Global) OnStartup() error {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	g.wg.Add(2)
+	// The topology first, briefly: the services are then built once, with it.
+	known := make(chan struct{})
+	first := sync.OnceFunc(func() { close(known) })
+	g.wg.Add(3)
+	go func() {
+		defer g.wg.Done()
+		g.topology.Run(ctx, topologyWait, func(d index.Discovered) { g.discovered(d); first() })
+	}()
+	<-known
 	go func() { defer g.wg.Done(); g.index.Run(ctx) }()
 	go func() {
 		defer g.wg.Done()
@@ -110,6 +121,24 @@ func (g *Global) OnStartup() error {
 	}
 	log.Infof("synced in %v: %d global services", time.Since(start).Round(time.Millisecond), g.index.Snapshot().Len())
 	return nil
+}
+
+// topologyWait bounds the wait for the topology's sources at startup.
+const topologyWait = 2 * time.Second
+
+// discovered gives the index the Corefile's topology completed by what the cluster's objects say,
+// logging each disagreement with the Corefile once.
+func (g *Global) discovered(d index.Discovered) {
+	topo, warnings := g.corefile.With(d)
+	seen := map[string]bool{}
+	for _, w := range warnings {
+		if !g.warned[w] {
+			log.Warningf("topology: %s", w)
+		}
+		seen[w] = true
+	}
+	g.warned = seen
+	g.index.SetTopology(topo)
 }
 
 // OnShutdown stops everything OnStartup started and waits for it: on a Corefile reload the next

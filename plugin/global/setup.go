@@ -23,7 +23,9 @@ import (
 	"github.com/coredns/coredns/plugin"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
@@ -107,9 +109,18 @@ func (cfg *config) build() (*Global, error) {
 	if err != nil {
 		return nil, err
 	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	meta, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
 	g := cfg.g
 	g.Zones, g.ttl, g.startupTimeout, g.preferNamespaces = cfg.zones, cfg.ttl, cfg.startupTimeout, cfg.preferNamespaces
 	g.watcher = w
+	g.corefile, g.topology = &cfg.topology, watch.NewTopology(dyn, meta, client.Discovery(), cfg.topology.Keys)
 	g.index = index.New(&cfg.topology, w)
 	cfg.writer.Owner = writer.Owner(cfg.election.Namespace, cfg.election.Name)
 	if !cfg.write {

@@ -21,16 +21,22 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 // Tests call it on a control plane of their own: the shared one stays without them, as a cluster
 // without an MCS implementation is.
 func (cp *ControlPlane) InstallMCSCRDs(ctx context.Context) error {
+	return cp.installCRDs(ctx, "multicluster.x-k8s.io/v1alpha1", "serviceimports", mcscrd.ServiceImportCRD, mcscrd.ServiceExportCRD)
+}
+
+// installCRDs creates the CRDs of docs and returns once they are Established and resource is
+// served in groupVersion (the plugin asks discovery).
+func (cp *ControlPlane) installCRDs(ctx context.Context, groupVersion, resource string, docs ...[]byte) error {
 	dyn, err := dynamic.NewForConfig(cp.Config)
 	if err != nil {
 		return err
 	}
 	crds := dyn.Resource(crdResource)
 	var names []string
-	for _, doc := range [][]byte{mcscrd.ServiceImportCRD, mcscrd.ServiceExportCRD} {
+	for _, doc := range docs {
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return fmt.Errorf("mcs-api CRD: %w", err)
+			return fmt.Errorf("CRD: %w", err)
 		}
 		if _, err := crds.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create CRD %s: %w", u.GetName(), err)
@@ -54,14 +60,14 @@ func (cp *ControlPlane) InstallMCSCRDs(ctx context.Context) error {
 			return err
 		}
 	}
-	// Established precedes discovery by a moment; the plugin asks discovery.
-	return poll(ctx, "ServiceImports in discovery", func() (bool, error) {
-		l, err := cp.Client.Discovery().ServerResourcesForGroupVersion("multicluster.x-k8s.io/v1alpha1")
+	// Established precedes discovery by a moment.
+	return poll(ctx, resource+" in discovery", func() (bool, error) {
+		l, err := cp.Client.Discovery().ServerResourcesForGroupVersion(groupVersion)
 		if err != nil {
 			return false, nil
 		}
 		for _, r := range l.APIResources {
-			if r.Name == "serviceimports" {
+			if r.Name == resource {
 				return true, nil
 			}
 		}

@@ -1,0 +1,257 @@
+package watch
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// What the cluster's own objects say of its topology, read when the Corefile does not say it.
+var (
+	// clusterPropertyGroup serves the ClusterProperty cluster.clusterset.k8s.io, whose spec.value
+	// is this cluster's id in its clusterset (KEP-2149, sigs.k8s.io/about-api).
+	clusterPropertyGroup = "about.k8s.io"
+	clusterPropertyName  = "cluster.clusterset.k8s.io"
+	// linkGroup serves Linkerd's Links: one per linked cluster (spec.targetClusterName), whose
+	// labels the operator can give the linked cluster's locality.
+	linkGroup = "multicluster.linkerd.io"
+	nodes     = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+)
+
+// recheck is how often a source whose API is not served (its CRD not installed), or not allowed,
+// is looked for again.
+const recheck = 10 * time.Minute
+
+// Topology watches the objects that tell the topology: the ClusterProperty with this cluster's
+// name, the Links of the linked clusters, and this cluster's Nodes, read as metadata only. Each
+// source is optional: without its CRD, or the right to read it, it says nothing (logged once) and
+// is looked for again every 10 minutes.
+type Topology struct {
+	dyn  dynamic.Interface
+	meta metadata.Interface
+	disc discovery.DiscoveryInterface
+	keys []string // the locality keys read from labels
+
+	mu      sync.Mutex
+	d       index.Discovered
+	changed func(index.Discovered) // nil until the first state is known
+}
+
+// NewTopology returns a Topology reading the locality keys keys. Nothing runs before Run.
+func NewTopology(dyn dynamic.Interface, meta metadata.Interface, disc discovery.DiscoveryInterface, keys []string) *Topology {
+	return &Topology{dyn: dyn, meta: meta, disc: disc, keys: keys}
+}
+
+// Run watches until ctx is done. It calls changed with what the objects say once every source has
+// been read (or found missing), or after timeout whatever has been, then at every change.
+func (t *Topology) Run(ctx context.Context, timeout time.Duration, changed func(index.Discovered)) {
+	var wg sync.WaitGroup
+	synced := make(chan struct{}, 3)
+	for _, run := range []func(context.Context, func()){t.clusterProperty, t.links, t.nodes} {
+		wg.Add(1)
+		go func() { defer wg.Done(); run(ctx, sync.OnceFunc(func() { synced <- struct{}{} })) }()
+	}
+	deadline := time.After(timeout)
+wait:
+	for range 3 {
+		select {
+		case <-synced:
+		case <-deadline:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	t.mu.Lock()
+	t.changed = changed
+	d := t.copy()
+	t.mu.Unlock()
+	changed(d)
+	wg.Wait()
+}
+
+// set updates what the objects say with f, and reports the change.
+func (t *Topology) set(f func(*index.Discovered)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f(&t.d)
+	if t.changed != nil {
+		t.changed(t.copy())
+	}
+}
+
+func (t *Topology) copy() index.Discovered {
+	d := index.Discovered{Cluster: t.d.Cluster, Links: map[string]map[string]string{}, Nodes: maps.Clone(t.d.Nodes)}
+	for c, l := range t.d.Links {
+		d.Links[c] = maps.Clone(l)
+	}
+	return d
+}
+
+// localities returns the labels of keys among labels.
+func (t *Topology) localities(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range t.keys {
+		if v := labels[k]; v != "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// clusterProperty follows the ClusterProperty cluster.clusterset.k8s.io.
+func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
+	only := fields.OneTermEqualSelector("metadata.name", clusterPropertyName).String()
+	t.informOn(ctx, synced, clusterPropertyGroup, "clusterproperties", func(o *metav1.ListOptions) { o.FieldSelector = only }, func(store cache.Store) {
+		name := ""
+		for _, o := range store.List() {
+			v, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "spec", "value")
+			v = strings.ToLower(v)
+			if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+				telemetry.Log.Warningf("topology: ClusterProperty %s has value %s, not a DNS label: not used as this cluster's name", clusterPropertyName, quote(v))
+				continue
+			}
+			name = v
+		}
+		t.set(func(d *index.Discovered) { d.Cluster = name })
+	})
+}
+
+// links follows Linkerd's Links.
+func (t *Topology) links(ctx context.Context, synced func()) {
+	t.informOn(ctx, synced, linkGroup, "links", nil, func(store cache.Store) {
+		links := map[string]map[string]string{}
+		for _, o := range store.List() {
+			u := o.(*unstructured.Unstructured)
+			cluster, _, _ := unstructured.NestedString(u.Object, "spec", "targetClusterName")
+			cluster = strings.ToLower(cmp.Or(cluster, u.GetName()))
+			if l := t.localities(u.GetLabels()); len(l) > 0 {
+				links[cluster] = l
+			}
+		}
+		t.set(func(d *index.Discovered) { d.Links = links })
+	})
+}
+
+// nodes follows the locality labels all of this cluster's Nodes share, from their metadata.
+func (t *Topology) nodes(ctx context.Context, synced func()) {
+	inf := metadatainformer.NewFilteredMetadataInformer(t.meta, nodes, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	t.inform(ctx, synced, inf, "Nodes", func(store cache.Store) {
+		shared := map[string]string{}
+		for i, o := range store.List() {
+			l := t.localities(o.(*metav1.PartialObjectMetadata).Labels)
+			if i == 0 {
+				shared = l
+				continue
+			}
+			maps.DeleteFunc(shared, func(k, v string) bool { return l[k] != v })
+		}
+		t.set(func(d *index.Discovered) { d.Nodes = shared })
+	})
+}
+
+// informOn runs an informer on resource of group, in the group's preferred version, while the API
+// serves it: until then it says nothing (and is synced), and looks again every recheck.
+func (t *Topology) informOn(ctx context.Context, synced func(), group, resource string, tweak dynamicinformer.TweakListOptionsFunc, read func(cache.Store)) {
+	for ctx.Err() == nil {
+		gvr, err := t.served(group, resource)
+		if err == nil && gvr.Resource != "" {
+			inf := dynamicinformer.NewFilteredDynamicInformer(t.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, tweak).Informer()
+			t.inform(ctx, synced, inf, resource+"."+group, read)
+			return
+		}
+		if err != nil {
+			telemetry.Log.Debugf("topology: looking for %s.%s: %v", resource, group, err)
+		}
+		synced()
+		select {
+		case <-ctx.Done():
+		case <-time.After(recheck):
+		}
+	}
+}
+
+// served returns the resource of group, in its preferred version, when the API serves it.
+func (t *Topology) served(group, resource string) (schema.GroupVersionResource, error) {
+	groups, err := t.disc.ServerGroups()
+	if err != nil {
+		return schema.GroupVersionResource{}, err
+	}
+	for _, g := range groups.Groups {
+		if g.Name != group {
+			continue
+		}
+		l, err := t.disc.ServerResourcesForGroupVersion(g.PreferredVersion.GroupVersion)
+		if err != nil {
+			return schema.GroupVersionResource{}, err
+		}
+		if slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }) {
+			return schema.GroupVersionResource{Group: group, Version: g.PreferredVersion.Version, Resource: resource}, nil
+		}
+	}
+	return schema.GroupVersionResource{}, nil
+}
+
+// inform runs inf until ctx is done, reading its store at each change once it has listed, and
+// says when it has. The first error that is not passing (not allowed to read, say) is logged, once:
+// the reflector retries on its own, and a source it cannot read says nothing.
+func (t *Topology) inform(ctx context.Context, synced func(), inf cache.SharedIndexInformer, what string, read func(cache.Store)) {
+	var failed atomic.Bool
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err)) && !failed.Swap(true) {
+			telemetry.Log.Warningf("topology: cannot read %s: %v; the topology they tell is not used until they can be read", what, err)
+			synced() // nothing to wait for
+		}
+	})
+	var started atomic.Bool
+	changed := func() {
+		if started.Load() {
+			read(inf.GetStore())
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(old, new any) { t.updated(old, new, changed) },
+		DeleteFunc: func(any) { changed() },
+	})
+	go inf.RunWithContext(ctx)
+	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		started.Store(true)
+		read(inf.GetStore())
+		synced()
+	}
+	<-ctx.Done()
+}
+
+// updated calls changed unless old and new, two versions of one object, have the same locality
+// labels and, for a Link or a ClusterProperty, the same spec: a Node's metadata changes with every
+// status update.
+func (t *Topology) updated(old, new any, changed func()) {
+	if o, ok := old.(*metav1.PartialObjectMetadata); ok {
+		if maps.Equal(t.localities(o.Labels), t.localities(new.(*metav1.PartialObjectMetadata).Labels)) {
+			return
+		}
+	}
+	changed()
+}

@@ -1,0 +1,105 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+	"k8s.io/client-go/dynamic"
+)
+
+// bareCorefile names no cluster and no locality: the cluster's objects tell them.
+const bareCorefile = `global:{{.Port}} {
+    bind 127.0.0.1
+    global {
+        kubeconfig {{.Kubeconfig}}
+        endpointslices off
+        rotate off
+%s    }
+}
+`
+
+// TestTopologyFromTheCluster: with neither `cluster` nor `locality` in the Corefile, this
+// cluster's name comes from its ClusterProperty cluster.clusterset.k8s.io, each linked cluster's
+// locality from its Linkerd Link's labels, and this cluster's from the labels all its Nodes share;
+// a change of them re-ranks the clusters at once; without the CRDs the Nodes still tell; what the
+// Corefile says wins, and a disagreement is one warning. On a control plane of its own: the
+// ClusterProperty names the whole cluster.
+func TestTopologyFromTheCluster(t *testing.T) {
+	ctx := context.Background()
+	own := harness.Start(t)
+	c := own.Client
+	dyn, err := dynamic.NewForConfig(own.Config)
+	must(t, err)
+	const ns, linkNS = "db", "linkerd-multicluster"
+	for _, n := range []string{ns, linkNS} {
+		must(t, harness.EnsureNamespace(ctx, c, n))
+	}
+	localFooIn(t, c, ns) // on two Nodes of us-east-1, in zones a and b
+	for _, cluster := range []string{"west", "north", "far"} {
+		_, err := harness.CreateMirror(ctx, c, mirror(ns, cluster, true))
+		must(t, err)
+	}
+	fooNS := "foo." + ns + ".global."
+	// priorities checks the SRV priority (tier) of each cluster's targets.
+	priorities := func(d *harness.CoreDNS, want map[string]uint16) func() error {
+		return func() error {
+			r := ask(t, d, "udp", "_db._tcp."+fooNS, dns.TypeSRV)
+			got := map[string]uint16{}
+			for _, rr := range r.Answer {
+				if srv, ok := rr.(*dns.SRV); ok {
+					got[strings.Split(srv.Target, ".")[1]] = srv.Priority
+				}
+			}
+			if !maps.Equal(got, want) {
+				return fmt.Errorf("SRV priorities by cluster %v, want %v", got, want)
+			}
+			return nil
+		}
+	}
+
+	// Without the CRDs: no name (the default, local), and the Nodes' region, which no linked
+	// cluster has a locality to match.
+	bare := harness.StartCoreDNS(t, own, fmt.Sprintf(bareCorefile, ""))
+	eventually(t, "answers without the CRDs", priorities(bare, map[string]uint16{"local": 0, "west": 3, "north": 3, "far": 3}))
+	must(t, explains(t, bare, "global.", dns.RcodeSuccess, "cluster=local named-by=default", "cluster=local tier=0 why=local locality=region:us-east-1 from=nodes"))
+
+	must(t, own.InstallTopologyCRDs(ctx))
+	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
+	must(t, harness.ApplyLink(ctx, dyn, linkNS, "west", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
+	must(t, harness.ApplyLink(ctx, dyn, linkNS, "north", map[string]string{"topology.kubernetes.io/region": "eu-north-1", "topology.kubernetes.io/zone": "eu-north-1a"}))
+	must(t, harness.ApplyLink(ctx, dyn, linkNS, "far", nil))
+	d := harness.StartCoreDNS(t, own, fmt.Sprintf(bareCorefile, ""))
+	eventually(t, "the discovered topology", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 3, "far": 3}))
+	must(t, expect(t, d, "foo-1.east."+fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
+	must(t, explains(t, d, "global.", dns.RcodeSuccess, "cluster=east named-by=clusterproperty",
+		"cluster=east tier=0 why=local locality=region:us-east-1 from=nodes",
+		"cluster=west tier=2 why=region:us-east-1 locality=region:us-east-1 from=link",
+		"cluster=north tier=3 why=none locality=region:eu-north-1,zone:eu-north-1a from=link",
+		"cluster=far tier=3 why=none locality=none from=nothing"))
+	eventually(t, "one warning for far", func() error {
+		if n := strings.Count(d.Logs(), `linked cluster "far" has no locality`); n != 1 {
+			return fmt.Errorf("%d warnings", n)
+		}
+		return nil
+	})
+
+	// north moves to this region: re-ranked while running.
+	must(t, harness.ApplyLink(ctx, dyn, linkNS, "north", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
+	eventually(t, "north re-ranked", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 2, "far": 3}))
+
+	// The Corefile wins, and says so once.
+	over := harness.StartCoreDNS(t, own, fmt.Sprintf(bareCorefile, "        cluster east\n        locality west region=eu-west-1\n"))
+	eventually(t, "the Corefile's locality", priorities(over, map[string]uint16{"east": 0, "west": 3, "north": 2, "far": 3}))
+	eventually(t, "one warning for west", func() error {
+		if n := strings.Count(over.Logs(), `cluster "west" is at region:eu-west-1 in the Corefile (`+"`locality`"+`) and at region:us-east-1 by its Link`); n != 1 {
+			return fmt.Errorf("%d warnings:\n%s", n, over.Logs())
+		}
+		return nil
+	})
+}
