@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/globaldns/global/test/harness"
@@ -16,14 +17,15 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-const programmingCorefile = `global:PORT {
+const programmingCorefile = `global:PORT near.global:PORT {
     bind 127.0.0.1
     prometheus METRICS
-    global {
+    global global near.global {
         kubeconfig KUBECONFIG
         namespaces prog
         lease prog writer
         cluster east
+        policy nearest near.global
     }
 }
 `
@@ -34,7 +36,10 @@ const progNS = "prog"
 type scenario struct {
 	name, svc, cluster string // cluster: where the endpoints are (east: local)
 	n                  int    // endpoints
-	flip               func(ctx context.Context, k int, ready bool) error
+	// flip changes endpoint k's readiness; it returns when it wrote what the answer follows (zero:
+	// when it was called).
+	flip func(ctx context.Context, k int, ready bool) (time.Time, error)
+	gone bool // an endpoint that is not ready leaves the written slices (a mirror's)
 }
 
 func (s scenario) host(k int) string { return fmt.Sprintf("%s-%d", s.svc, k) }
@@ -49,6 +54,10 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 		return err
 	}
 	if err := gatewayFixtures(ctx, c); err != nil {
+		return err
+	}
+	west, err := failoverFixtures(ctx, c)
+	if err != nil {
 		return err
 	}
 	port, err := freePort()
@@ -83,8 +92,10 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 			"turning NXDOMAIN or back, polled over UDP), %d changes per row (%d in the EndpointSlice update rows, whose plugin shares are compared: "+
 			"a p99 of 200 is their second largest); and the plugin's own "+
 			"`coredns_global_programming_duration_seconds` (watch event to published index) for the same changes, each change's own "+
-			"(the histogram's sum and count read before and after it, so exact, not a bucket's estimate). The mirror row "+
-			"includes kube-controller-manager mirroring the Endpoints into an EndpointSlice; the pod row, the endpointslice controller.", o.changes, o.compareChanges),
+			"(the histogram's sum and count read before and after it, so exact, not a bucket's estimate). The mirror row is a remote "+
+			"pod turning not ready (or ready) as Linkerd's service mirror writes it, out of (or into) the headless mirror with its per-pod "+
+			"mirror, timed from the headless mirror's Endpoints write, and includes kube-controller-manager mirroring it into an "+
+			"EndpointSlice; the pod row, the endpointslice controller.", o.changes, o.compareChanges),
 		header: []string{"Change", "Endpoints", "p50", "p99", "plugin p50", "plugin p99"},
 	}
 	wSec := section{
@@ -119,8 +130,12 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 				return err
 			}
 			t0 := time.Now()
-			if err := s.flip(ctx, k, ready); err != nil {
+			written, err := s.flip(ctx, k, ready)
+			if err != nil {
 				return err
+			}
+			if !written.IsZero() {
+				t0 = written
 			}
 			if err := waitPod(ctx, dns1.Addr, fmt.Sprintf("%s.%s.%s.%s.global.", s.host(k), s.cluster, s.svc, progNS), ready); err != nil {
 				return err
@@ -131,7 +146,7 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 				return err
 			}
 			pluginLat = append(pluginLat, share)
-			if err := waitWrittenReady(ctx, c, where[s.host(k)+"-"+s.cluster], s.host(k)+"-"+s.cluster, ready); err != nil {
+			if err := waitWrittenReady(ctx, c, where[s.host(k)+"-"+s.cluster], s.host(k)+"-"+s.cluster, ready, s.gone); err != nil {
 				return err
 			}
 			writeLat = append(writeLat, time.Since(t0).Seconds())
@@ -167,6 +182,10 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 	if err != nil {
 		return err
 	}
+	foSec, foP99, err := failoverRow(ctx, c, dns1.Addr, west, o.changes)
+	if err != nil {
+		return err
+	}
 
 	// A restart with nothing changed writes nothing.
 	dns1.Stop()
@@ -180,7 +199,7 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 	var m map[string]float64
 	for {
 		if m, err = metrics(dns2.MetricsAddr); err == nil && m["coredns_global_leader"] == 1 &&
-			m[`coredns_global_writer_syncs_total{result="success"}`] >= float64(len(scenarios)) {
+			m[`coredns_global_writer_syncs_total{result="success"}`] >= float64(len(scenarios)+len(gatewayCases)+1) {
 			break
 		}
 		if time.Since(t0) > 2*time.Minute {
@@ -196,11 +215,13 @@ func programming(ctx context.Context, cp *harness.ControlPlane, o options, r *re
 
 	r.add(dnsSec)
 	r.add(gwSec)
+	r.add(foSec)
 	r.add(wSec)
 	r.goal("Programming latency p99, 10 and 10,000 endpoints", "≤ 100 ms, the same at both", joinComma(p99s))
 	r.goal("Programming, the plugin's own share p99: one change in a service of 10,000 endpoints vs 10 (EndpointSlice update)", "≤ 2× the 10-endpoint figure",
 		fmt.Sprintf("%s vs %s (%.1f×)", ms(pluginP99[10000]), ms(pluginP99[10]), pluginP99[10000]/pluginP99[10]))
 	r.goal("Gateway down or up → DNS, p99 after each per-pod mirror's Endpoints write, 3 and 1,000 pods", "≤ 100 ms", joinComma(gwGoals))
+	r.goal("Nearest tier empties → the next tier is answered, p99 from the API write", "≤ 100 ms", foP99)
 	r.goal("Writer: change to written slice, p99", "≤ 1 s", ms(writerP99))
 	r.goal("Writer: API writes per single-endpoint change", "1", fmt.Sprintf("%.2f (the most of any row)", maxWrites))
 	r.goal("Writer: writes on a restart with nothing changed", "0", fmt.Sprintf("%.0f", restartWrites))
@@ -225,8 +246,9 @@ func progFixtures(ctx context.Context, c kubernetes.Interface) ([]scenario, erro
 	ports := []harness.Port{{Name: "db", Port: 5432}}
 	var out []scenario
 
-	// A Linkerd mirror of 10 endpoints; a change moves an address between addresses and
-	// notReadyAddresses of its Endpoints, as the service mirror does.
+	// A Linkerd mirror of 10 endpoints; a change is a remote pod turning not ready, or ready
+	// again, as the service mirror writes it (harness.UpdateMirror): out of the headless mirror
+	// with its per-pod mirror, or back in with a new one.
 	m := harness.Mirror{Namespace: progNS, Service: "m10", Cluster: "west", Ports: ports}
 	for i := range 10 {
 		m.Endpoints = append(m.Endpoints, harness.RemoteEndpoint{Hostname: fmt.Sprintf("m10-%d", i), Ready: true})
@@ -234,27 +256,14 @@ func progFixtures(ctx context.Context, c kubernetes.Interface) ([]scenario, erro
 	if _, err := harness.CreateMirror(ctx, c, m); err != nil {
 		return nil, err
 	}
-	out = append(out, scenario{name: "mirror Endpoints (Linkerd)", svc: "m10", cluster: "west", n: 10,
-		flip: func(ctx context.Context, k int, ready bool) error {
-			ep, err := c.CoreV1().Endpoints(progNS).Get(ctx, "m10-west", metav1.GetOptions{})
+	out = append(out, scenario{name: "mirror Endpoints (Linkerd)", svc: "m10", cluster: "west", n: 10, gone: true,
+		flip: func(ctx context.Context, k int, ready bool) (time.Time, error) {
+			m.Endpoints[k].Ready = ready
+			objs, err := harness.UpdateMirror(ctx, c, m)
 			if err != nil {
-				return err
+				return time.Time{}, err
 			}
-			s := &ep.Subsets[0]
-			host := fmt.Sprintf("m10-%d", k)
-			from, to := &s.Addresses, &s.NotReadyAddresses
-			if ready {
-				from, to = to, from
-			}
-			for i, a := range *from {
-				if a.Hostname == host {
-					*to = append(*to, a)
-					*from = append((*from)[:i], (*from)[i+1:]...)
-					break
-				}
-			}
-			_, err = c.CoreV1().Endpoints(progNS).Update(ctx, ep, metav1.UpdateOptions{})
-			return err
+			return objs.Written, nil
 		}})
 
 	// A local StatefulSet of 10 pods; a change is a pod's Ready condition, as a kubelet writes it.
@@ -269,8 +278,8 @@ func progFixtures(ctx context.Context, c kubernetes.Interface) ([]scenario, erro
 		return nil, err
 	}
 	out = append(out, scenario{name: "local pod readiness", svc: "l10", cluster: "east", n: 10,
-		flip: func(ctx context.Context, k int, ready bool) error {
-			return harness.SetPodReady(ctx, c, progNS, fmt.Sprintf("l10-%d", k), ready)
+		flip: func(ctx context.Context, k int, ready bool) (time.Time, error) {
+			return time.Time{}, harness.SetPodReady(ctx, c, progNS, fmt.Sprintf("l10-%d", k), ready)
 		}})
 
 	// EndpointSlices written directly (by some controller), 10 and 10,000 endpoints, 100 a slice:
@@ -285,14 +294,14 @@ func progFixtures(ctx context.Context, c kubernetes.Interface) ([]scenario, erro
 			return nil, err
 		}
 		out = append(out, scenario{name: sliceUpdate, svc: svc, cluster: "east", n: n,
-			flip: func(ctx context.Context, k int, ready bool) error {
+			flip: func(ctx context.Context, k int, ready bool) (time.Time, error) {
 				es := slices[k/100]
 				es.Endpoints[k%100].Conditions.Ready = ptr.To(ready)
 				upd, err := c.DiscoveryV1().EndpointSlices(progNS).Update(ctx, es, metav1.UpdateOptions{})
 				if err == nil {
 					slices[k/100] = upd
 				}
-				return err
+				return time.Time{}, err
 			}})
 	}
 	return out, nil
@@ -403,16 +412,18 @@ func waitWritten(ctx context.Context, c kubernetes.Interface, s scenario, n int)
 	}
 }
 
-// waitWrittenReady polls the written slice until hostname's ready condition is ready.
-func waitWrittenReady(ctx context.Context, c kubernetes.Interface, slice, hostname string, ready bool) error {
+// waitWrittenReady polls the written slice until hostname's ready condition is ready; with gone,
+// until hostname is there (ready) or not.
+func waitWrittenReady(ctx context.Context, c kubernetes.Interface, slice, hostname string, ready, gone bool) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		es, err := c.DiscoveryV1().EndpointSlices(progNS).Get(ctx, slice, metav1.GetOptions{})
 		if err == nil {
-			for _, e := range es.Endpoints {
-				if ptr.Deref(e.Hostname, "") == hostname && ptr.Deref(e.Conditions.Ready, true) == ready {
-					return nil
-				}
+			there := slices.ContainsFunc(es.Endpoints, func(e discoveryv1.Endpoint) bool {
+				return ptr.Deref(e.Hostname, "") == hostname && (gone || ptr.Deref(e.Conditions.Ready, true) == ready)
+			})
+			if there == (ready || !gone) {
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {

@@ -140,6 +140,9 @@ type MirrorObjects struct {
 	Service     string            // headless mirror Service and Endpoints, <svc>-<cluster>
 	PodServices map[string]string // hostname -> per-pod Service (and Endpoints) <hostname>-<cluster>
 	ClusterIPs  map[string]string // hostname -> ClusterIP of the per-pod Service
+	// Written is when UpdateMirror sent the headless mirror's Endpoints update, the write that
+	// changes what it lists (after the per-pod mirrors', as Linkerd orders them).
+	Written time.Time
 }
 
 // mirrorLabels are the labels of Linkerd's mirror Services and Endpoints:
@@ -280,6 +283,7 @@ func UpdateMirror(ctx context.Context, c kubernetes.Interface, m Mirror) (*Mirro
 			return err
 		}
 		ep.Subsets = m.subsets(objs, !m.GatewayDown)
+		objs.Written = time.Now()
 		_, err = c.CoreV1().Endpoints(m.Namespace).Update(ctx, ep, metav1.UpdateOptions{})
 		return err
 	})
