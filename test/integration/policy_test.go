@@ -1,0 +1,135 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// policyCorefile serves foo.<ns>.global (all tiers) and foo.<ns>.near.global (the nearest tier).
+const policyCorefile = `global:{{.Port}} near.global:{{.Port}} {
+    bind 127.0.0.1
+    global global near.global {
+        kubeconfig {{.Kubeconfig}}
+        namespaces %s
+        endpointslices off
+        cluster east
+        locality east zone=us-east-1a region=us-east-1
+        locality west zone=us-east-1b region=us-east-1
+        locality north zone=eu-north-1a region=eu-north-1
+        policy nearest near.global
+    }
+}
+`
+
+// TestPolicyClients follows a client's failover chain as applications resolve names: Go's
+// resolver asked directly, and, as root, glibc's getaddrinfo (getent ahosts) and Go's resolver
+// reading a pod's resolv.conf whose nameserver is a cluster DNS forwarding the zones. The nearest
+// tier answers, then, as it empties, the next (this cluster, then the same region, then
+// elsewhere), and back as it returns; an owner's `nearest 3` and its removal; a service with
+// only linked members.
+func TestPolicyClients(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	localFoo(t, ns)
+	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
+	must(t, err)
+	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
+	must(t, err)
+	barWest, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "bar", "west", true))
+	must(t, err)
+	barNorth, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "bar", "north", true))
+	must(t, err)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(policyCorefile, ns))
+
+	local := []string{"10.244.1.10", "10.244.2.11"}
+	westIP, northIP := west.ClusterIPs["foo-0"], north.ClusterIPs["foo-0"]
+
+	// The clients: Go's resolver, and as root the pod's view.
+	type lookup func(name string) []string
+	clients := map[string]lookup{"go": func(name string) []string {
+		addrs, _ := goResolver(c, "udp").LookupHost(ctx, name)
+		return addrs
+	}}
+	if os.Geteuid() == 0 && exec.Command("unshare", "-m", "true").Run() == nil {
+		bin := buildLookup(t)
+		ip := loopbackIPs(t, 1)[0]
+		startClusterDNS(t, ip, c.Addr)
+		rc := writeFile(t, "resolv.conf", fmt.Sprintf("nameserver %s\noptions ndots:1\n", ip))
+		for _, client := range []string{"getent", "go"} {
+			clients[client+" (resolv.conf)"] = func(name string) []string { return bin.run(t, client, rc, name).Addrs }
+		}
+	} else {
+		t.Log("not root: glibc and the pod's resolv.conf are not tried, only Go's resolver")
+	}
+	t.Logf("clients: %v", slices.Sorted(maps.Keys(clients)))
+	resolves := func(name string, want ...string) func() error {
+		slices.Sort(want)
+		return func() error {
+			for what, look := range clients {
+				got := look(name)
+				slices.Sort(got)
+				if got = slices.Compact(got); !slices.Equal(got, want) {
+					return fmt.Errorf("%s resolves %s to %v, want %v", what, name, got, want)
+				}
+			}
+			return nil
+		}
+	}
+	near, all := "foo."+ns+".near.global.", "foo."+ns+".global."
+
+	eventually(t, "this cluster answers", resolves(near, local...))
+	must(t, resolves(all, append(slices.Clone(local), westIP, northIP)...)())
+	for _, pod := range []string{"foo-0", "foo-1"} {
+		must(t, harness.SetPodReady(ctx, client(), ns, pod, false))
+	}
+	eventually(t, "the same region answers", resolves(near, westIP))
+	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
+	must(t, err)
+	eventually(t, "elsewhere answers", resolves(near, northIP))
+	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", true, nil)
+	must(t, err)
+	eventually(t, "the same region answers again", resolves(near, westIP))
+	must(t, harness.SetPodReady(ctx, client(), ns, "foo-0", true))
+	eventually(t, "this cluster answers again", resolves(near, "10.244.1.10"))
+	must(t, harness.SetPodReady(ctx, client(), ns, "foo-1", true))
+
+	// The owner asks for at least 3 records in the zone without a policy of its own: this cluster
+	// (2) and the same region (1), not elsewhere; removed, every tier again.
+	annotate := func(value string) {
+		t.Helper()
+		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			svc, err := client().CoreV1().Services(ns).Get(ctx, "foo", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if value == "" {
+				delete(svc.Annotations, "globaldns.io/policy")
+			} else {
+				svc.Annotations = map[string]string{"globaldns.io/policy": value}
+			}
+			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+			return err
+		}))
+	}
+	annotate("nearest 3")
+	eventually(t, "the owner's nearest 3", resolves(all, append(slices.Clone(local), westIP)...))
+	must(t, resolves(near, local...)()) // the zone's policy wins
+	annotate("")
+	eventually(t, "the annotation removed", resolves(all, append(slices.Clone(local), westIP, northIP)...))
+
+	// Only linked members: the nearest of them.
+	eventually(t, "bar, from the same region", resolves("bar."+ns+".near.global.", barWest.ClusterIPs["bar-0"]))
+	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
+	must(t, err)
+	eventually(t, "bar, from elsewhere", resolves("bar."+ns+".near.global.", barNorth.ClusterIPs["bar-0"]))
+}
