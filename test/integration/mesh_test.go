@@ -24,29 +24,8 @@ func TestWriterMeshConfig(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
-	setAnnotations := func(name string, set map[string]string) {
-		t.Helper()
-		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			svc, err := client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if svc.Annotations == nil {
-				svc.Annotations = map[string]string{}
-			}
-			for k, v := range set {
-				if v == "" {
-					delete(svc.Annotations, k)
-				} else {
-					svc.Annotations[k] = v
-				}
-			}
-			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
-			return err
-		}))
-	}
 	const opaque, foreign = "config.linkerd.io/opaque-ports", "example.com/team"
-	setAnnotations("foo", map[string]string{opaque: "5432", foreign: "db"})
+	annotateService(t, ns, "foo", map[string]string{opaque: "5432", foreign: "db"})
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
 	must(t, err)
 	// north's Link has no gateway identity: Linkerd writes none, and neither does the writer.
@@ -75,10 +54,10 @@ func TestWriterMeshConfig(t *testing.T) {
 	})
 
 	// The owner changes the opaque ports, then removes them; the foreign annotation never goes.
-	setAnnotations("foo", map[string]string{opaque: "5432,8080"})
+	annotateService(t, ns, "foo", map[string]string{opaque: "5432,8080"})
 	ports["foo"] = "5432,8080"
 	eventually(t, "the opaque ports changed", func() error { return meshWritten(ns, ports, identity) })
-	setAnnotations("foo", map[string]string{opaque: ""})
+	annotateService(t, ns, "foo", map[string]string{opaque: ""})
 	delete(ports, "foo")
 	eventually(t, "the opaque ports removed", func() error { return meshWritten(ns, ports, identity) })
 
@@ -137,4 +116,28 @@ func meshWritten(ns string, ports, identity map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// annotateService sets the annotations set on Service name of ns, deleting those set to "".
+func annotateService(t *testing.T, ns, name string, set map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		svc, err := client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if svc.Annotations == nil {
+			svc.Annotations = map[string]string{}
+		}
+		for k, v := range set {
+			if v == "" {
+				delete(svc.Annotations, k)
+			} else {
+				svc.Annotations[k] = v
+			}
+		}
+		_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+		return err
+	}))
 }

@@ -10,9 +10,6 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 )
 
 // policyCorefile serves foo.<ns>.global (all tiers) and foo.<ns>.near.global (the nearest tier).
@@ -105,26 +102,10 @@ func TestPolicyClients(t *testing.T) {
 
 	// The owner asks for at least 3 records in the zone without a policy of its own: this cluster
 	// (2) and the same region (1), not elsewhere; removed, every tier again.
-	annotate := func(value string) {
-		t.Helper()
-		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			svc, err := client().CoreV1().Services(ns).Get(ctx, "foo", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if value == "" {
-				delete(svc.Annotations, "globaldns.io/policy")
-			} else {
-				svc.Annotations = map[string]string{"globaldns.io/policy": value}
-			}
-			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
-			return err
-		}))
-	}
-	annotate("nearest 3")
+	annotateService(t, ns, "foo", map[string]string{"globaldns.io/policy": "nearest 3"})
 	eventually(t, "the owner's nearest 3", resolves(all, append(slices.Clone(local), westIP)...))
 	must(t, resolves(near, local...)()) // the zone's policy wins
-	annotate("")
+	annotateService(t, ns, "foo", map[string]string{"globaldns.io/policy": ""})
 	eventually(t, "the annotation removed", resolves(all, append(slices.Clone(local), westIP, northIP)...))
 
 	// Only linked members: the nearest of them.
