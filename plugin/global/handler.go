@@ -119,10 +119,7 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 	}
 
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
-	var pol index.Policy
-	if svc != nil {
-		pol, _ = g.policyOf(state.Zone, svc)
-	}
+	pol, _ := g.policyOf(state.Zone, svc)
 	switch {
 	case n.kind == kindSRV && qtype == dns.TypeSRV && !view.Empty():
 		// The name exists exactly when it has an SRV record: the answer decides, in one pass.
