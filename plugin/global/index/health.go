@@ -83,13 +83,8 @@ func (h *health) report(topo *Topology) {
 		}
 		if cluster != topo.Local {
 			mirrors += total
-		}
-		if nowhere := total > 0 && cluster != topo.Local && topo.From(cluster) == ""; nowhere != h.nowhere[cluster] {
-			if nowhere {
-				telemetry.Log.Warningf("linked cluster %q has no locality: it is in the last tier; label its Linkerd Link with %s and %s, "+
-					"or give it a `locality` line", cluster, RegionKey, ZoneKey)
-			}
-			h.nowhere[cluster] = nowhere
+			h.warnNowhere(cluster, total > 0 && topo.From(cluster) == "", "linked cluster %q has no locality: it is in the last tier; "+
+				"label its Linkerd Link with %s and %s, or give it a `locality` line")
 		}
 		if total == 0 { // unlinked, or its services went: nothing to be down or back
 			h.forget(cluster)
@@ -114,13 +109,9 @@ func (h *health) report(topo *Topology) {
 		h.down[cluster] = down
 		telemetry.ClusterDown.WithLabelValues(cluster).Set(b2f(down))
 	}
-	if nowhere := mirrors > 0 && topo.From(topo.Local) == ""; nowhere != h.nowhere[topo.Local] {
-		if nowhere {
-			telemetry.Log.Warningf("this cluster (%q) has no locality while mirrors from linked clusters exist: every linked cluster is in "+
-				"the last tier; give it a `locality` line, or %s and %s labels shared by all its Nodes", topo.Local, RegionKey, ZoneKey)
-		}
-		h.nowhere[topo.Local] = nowhere
-	}
+	h.warnNowhere(topo.Local, mirrors > 0 && topo.From(topo.Local) == "", "this cluster (%q) has no locality while mirrors from "+
+		"linked clusters exist: every linked cluster is in the last tier; give it a `locality` line, or %s and %s labels shared by "+
+		"all its Nodes")
 	unnamed := topo.Unnamed && mirrors > 0
 	if unnamed && !h.unnamed {
 		telemetry.Log.Warningf("the Corefile names no cluster (`cluster` is %q), nor does a ClusterProperty cluster.clusterset.k8s.io, "+
@@ -129,6 +120,15 @@ func (h *health) report(topo *Topology) {
 	}
 	h.unnamed = unnamed
 	telemetry.ClusterUnnamed.Set(b2f(unnamed))
+}
+
+// warnNowhere logs format (of the cluster and the two topology keys) when cluster turns to have
+// no locality that matters, nowhere, once until it has one.
+func (h *health) warnNowhere(cluster string, nowhere bool, format string) {
+	if nowhere && !h.nowhere[cluster] {
+		telemetry.Log.Warningf(format, cluster, RegionKey, ZoneKey)
+	}
+	h.nowhere[cluster] = nowhere
 }
 
 // forget drops a cluster that has no record left, and its gauges.
