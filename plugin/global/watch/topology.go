@@ -28,7 +28,7 @@ import (
 )
 
 // What the cluster's own objects say of its topology, read when the Corefile does not say it.
-var (
+const (
 	// clusterPropertyGroup serves the ClusterProperty cluster.clusterset.k8s.io, whose spec.value
 	// is this cluster's id in its clusterset (KEP-2149, sigs.k8s.io/about-api).
 	clusterPropertyGroup = "about.k8s.io"
@@ -36,17 +36,17 @@ var (
 	// linkGroup serves Linkerd's Links: one per linked cluster (spec.targetClusterName), whose
 	// labels the operator can give the linked cluster's locality.
 	linkGroup = "multicluster.linkerd.io"
-	nodes     = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	// recheck is how often a source whose API is not served (its CRD not installed) is looked
+	// for again.
+	recheck = 10 * time.Minute
 )
 
-// recheck is how often a source whose API is not served (its CRD not installed), or not allowed,
-// is looked for again.
-const recheck = 10 * time.Minute
+var nodes = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
 // Topology watches the objects that tell the topology: the ClusterProperty with this cluster's
 // name, the Links of the linked clusters, and this cluster's Nodes, read as metadata only. Each
-// source is optional: without its CRD, or the right to read it, it says nothing (logged once) and
-// is looked for again every 10 minutes.
+// source is optional: without its CRD it says nothing and is looked for again every 10 minutes;
+// one it may not read says nothing, logged once, while its informer keeps trying.
 type Topology struct {
 	dyn  dynamic.Interface
 	meta metadata.Interface
