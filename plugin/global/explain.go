@@ -127,6 +127,8 @@ func (g *Global) explainService(zone string, snap *index.Snapshot, n name, svc *
 		return []string{"exists=false: not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms"}
 	case n.kind == kindVersion:
 		return []string{"exists=true: the version of the Multi-Cluster Services DNS specification this zone answers, " + mcsVersion}
+	case n.kind == kindAboveNameserver, svc == nil && n.short && n.svc == nameserverParent && !nxdomain:
+		return []string{"exists=true: an empty non-terminal above the zone's nameserver, " + nameserver(zone)}
 	case n.kind == kindNamespace && nxdomain:
 		return []string{fmt.Sprintf("exists=false: no global service answers in namespace %q", n.ns)}
 	case n.kind == kindNamespace:

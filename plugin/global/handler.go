@@ -183,14 +183,14 @@ func viewOf(svc *index.Service, n name) index.View {
 // when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
 func exists(snap *index.Snapshot, n name, view index.View) bool {
 	switch {
-	case n.kind == kindVersion:
+	case n.kind == kindVersion, n.kind == kindAboveNameserver:
 		return true
 	case n.kind == kindNamespace && n.ns == "":
 		return snap.Answers()
 	case n.kind == kindNamespace:
 		return snap.HasNamespace(n.ns)
 	case view.Empty():
-		return n.kind == kindService && n.short && (n.svc == "dns" || snap.HasNamespace(n.svc))
+		return n.kind == kindService && n.short && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
 	case n.kind == kindProto, n.kind == kindSRV:
 		for t := range view.Targets() {
 			if slices.ContainsFunc(t.Ports, func(p index.Port) bool { return portMatches(p, n.port, n.proto) }) {
@@ -230,9 +230,9 @@ func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot
 	}
 	// NXDOMAIN, not REFUSED: measured (README), REFUSED sends clients on to every other
 	// nameserver in resolv.conf, public ones included, and applications see a temporary
-	// failure. A namespace of that name whose services answer keeps the name an empty
-	// non-terminal: NODATA.
-	if !snap.HasNamespace(n.svc) {
+	// failure. A namespace of that name whose services answer, or the nameserver's name below
+	// it, keeps the name an empty non-terminal: NODATA.
+	if !snap.HasNamespace(n.svc) && n.svc != nameserverParent {
 		m.Rcode = dns.RcodeNameError
 	}
 	m.Ns = []dns.RR{g.soa(state.Zone, snap)}

@@ -11,14 +11,15 @@ import (
 type kind uint8
 
 const (
-	kindNone       kind = iota // nothing we could have: NXDOMAIN
-	kindApex                   // <zone>
-	kindNameserver             // ns1.dns.<zone>
-	kindService                // [<host>.][<cluster>.]<svc>.<ns>.<zone>, or <svc>.<zone>
-	kindSRV                    // _<port>._<proto>.<svc>.<ns>.<zone>, or _<port>._<proto>.<svc>.<zone>
-	kindProto                  // _<proto>.<svc>[.<ns>].<zone>: an empty non-terminal above SRV names
-	kindNamespace              // <ns>.svc.<zone>, or svc.<zone> (ns ""): empty non-terminals (mcs)
-	kindVersion                // dns-version.<zone>: the specification's version (mcs)
+	kindNone            kind = iota // nothing we could have: NXDOMAIN
+	kindApex                        // <zone>
+	kindNameserver                  // ns1.dns.<zone>
+	kindService                     // [<host>.][<cluster>.]<svc>.<ns>.<zone>, or <svc>.<zone>
+	kindSRV                         // _<port>._<proto>.<svc>.<ns>.<zone>, or _<port>._<proto>.<svc>.<zone>
+	kindProto                       // _<proto>.<svc>[.<ns>].<zone>: an empty non-terminal above SRV names
+	kindNamespace                   // <ns>.svc.<zone>, or svc.<zone> (ns ""): empty non-terminals (mcs)
+	kindVersion                     // dns-version.<zone>: the specification's version (mcs)
+	kindAboveNameserver             // dns.<zone> (mcs): the empty non-terminal above ns1.dns.<zone>
 )
 
 // scheme is how names are formed under a zone: this plugin's own (<svc>.<ns>.global), or the
@@ -70,6 +71,8 @@ func parseMCSName(qname, zone string) name {
 	switch rest {
 	case nameserverLabel:
 		return name{kind: kindNameserver}
+	case nameserverParent:
+		return name{kind: kindAboveNameserver}
 	case "dns-version":
 		return name{kind: kindVersion}
 	case "svc":
@@ -107,8 +110,12 @@ type name struct {
 	short                  bool // no namespace: <svc>.<zone> forms
 }
 
-// nameserverLabel is the name under each zone that the apex NS record points at.
-const nameserverLabel = "ns1.dns"
+// nameserverLabel is the name under each zone that the apex NS record points at; nameserverParent
+// is the name above it, which therefore exists (RFC 8020).
+const (
+	nameserverLabel  = "ns1." + nameserverParent
+	nameserverParent = "dns"
+)
 
 // parseName parses qname, lower case and fully qualified, under zone (which it ends with).
 // It does not allocate: labels are sub-strings of qname.
