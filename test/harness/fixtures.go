@@ -466,7 +466,7 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 	annotations[AnnotationRemoteSvcFqName] = fq
 	ep := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: annotations},
-		Subsets: []corev1.EndpointSubset{gatewaySubset([]corev1.EndpointAddress{{IP: gateway}}, gatewayPorts(m.Ports), !m.GatewayDown)},
+		Subsets:    []corev1.EndpointSubset{gatewaySubset([]corev1.EndpointAddress{{IP: gateway}}, gatewayPorts(m.Ports), !m.GatewayDown)},
 	}
 	if _, err := c.CoreV1().Endpoints(m.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create endpoint mirror endpoints %s/%s: %w", m.Namespace, name, err)
