@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,10 +58,14 @@ func TestHA(t *testing.T) {
 		{Name: "foo-0", Node: "east-a", IP: "10.244.1.10", Ready: true},
 		{Name: "foo-1", Node: "east-a", IP: "10.244.1.11", Ready: true},
 	}}))
+	// The answers of the phases: this cluster's pods, then west's, north's, south's.
+	addrs := []string{"10.244.1.10", "10.244.1.11"}
 	for _, cluster := range []string{"west", "north"} {
-		_, err := harness.CreateMirror(ctx, admin, mirror(ns, cluster, true, true))
+		objs, err := harness.CreateMirror(ctx, admin, mirror(ns, cluster, true, true))
 		must(t, err)
+		addrs = append(addrs, objs.ClusterIPs["foo-0"], objs.ClusterIPs["foo-1"])
 	}
+	westToo, all := addrs[:4], slices.Clone(addrs)
 
 	root, err := filepath.Abs("../..")
 	must(t, err)
@@ -105,21 +110,30 @@ func TestHA(t *testing.T) {
 	}
 
 	// Steady load, about 1000 queries a second over the replicas that report ready.
-	pool := newPool("foo.db.global.", replicas...)
+	pool := newPool("foo.db.global.", all, replicas...)
 	defer pool.stop()
 
-	// 1. kill -9 the leader: the others answer every query; a new leader converges the slices.
+	// 1. kill -9 the leader: the others answer every query; a new leader converges the slices;
+	// south is linked meanwhile.
 	pool.remove(leader)
 	killed := time.Now()
 	leader.Kill()
 	survivors := without(replicas, leader)
-	_, err = harness.CreateMirror(ctx, admin, mirror(ns, "south", true))
+	southObjs, err := harness.CreateMirror(ctx, admin, mirror(ns, "south", true))
 	must(t, err)
+	south := []string{southObjs.ClusterIPs["foo-0"]}
+	withSouth := append(slices.Clone(all), south...)
+	pool.expect(all, south)
 	waitLeader(t, survivors...)
 	t.Logf("kill -9: a new leader after %v", time.Since(killed).Round(100*time.Millisecond))
 	eventually(t, "the new leader writing south", func() error {
 		return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2, "south": 1})
 	})
+	for _, c := range survivors {
+		eventually(t, "south answered", func() error { return answers(t, c, fooNS, 7) })
+	}
+	pool.expect(withSouth)
+	pool.await(t, 500)
 	pool.check(t, "kill -9 of the leader")
 
 	// 2. A rolling restart, one replica at a time: SIGTERM, lameduck (the replica answers while
@@ -169,17 +183,21 @@ func TestHA(t *testing.T) {
 	pool.check(t, "the API server outage")
 	waitLeader(t, current...)
 	// Afterwards, changes show up again, in DNS and in slices, without duplicates.
+	pool.expect(all, south)
 	must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "south"))
 	for _, c := range current {
 		eventuallyLong(t, "south gone after the outage", func() error { return answers(t, c, fooNS, 6) })
 	}
+	pool.expect(all)
 	eventuallyLong(t, "the slices after the outage", func() error {
 		return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2})
 	})
 
 	// 4. One replica loses its link to the API server: it keeps answering its last data while the
-	// others follow changes; once the link is back, it catches up.
+	// others follow changes (both answers are right for the phase: the last the replica saw, and
+	// the current one); once the link is back, it catches up.
 	proxy.Cut()
+	pool.expect(westToo, all[4:])
 	must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "north"))
 	for _, c := range without(current, partitioned) {
 		eventually(t, "north gone on the connected replicas", func() error { return answers(t, c, fooNS, 4) })
@@ -187,8 +205,11 @@ func TestHA(t *testing.T) {
 	if err := answers(t, partitioned, fooNS, 6); err != nil {
 		t.Errorf("the cut-off replica: %v", err)
 	}
+	pool.await(t, 500)
 	proxy.Restore()
 	eventuallyLong(t, "the cut-off replica to catch up", func() error { return answers(t, partitioned, fooNS, 4) })
+	pool.expect(westToo)
+	pool.await(t, 500)
 	pool.check(t, "the partition")
 }
 
@@ -266,24 +287,37 @@ func waitLeader(t *testing.T, cs ...*harness.CoreDNS) *harness.CoreDNS {
 	return l
 }
 
-// pool is a DNS client that sends about 1000 A queries a second for one name, spread over the replicas that
-// report ready (polled every 100 ms, as a kubelet readiness probe and an EndpointSlice would
-// tell a Service), and counts the queries that do not get a NOERROR answer with records.
+// pool is a DNS client that sends about 1000 A queries a second for one name, alternating UDP
+// and TCP, spread over the replicas that report ready (polled every 100 ms, as a kubelet readiness
+// probe and an EndpointSlice would tell a Service). A query fails unless its answer holds every
+// address the phase requires and no other than those and the ones changing in the phase (a stale,
+// partial or foreign answer fails); so does one that finds no ready replica. A replica is removed from the pool before it is stopped or killed, and remove waits for
+// the queries in flight to it: a query that fails in flight counts too.
 type pool struct {
 	qname    string
 	mu       sync.Mutex
-	replicas map[*harness.CoreDNS]bool // replica -> ready
-	sent     atomic.Int64
+	replicas map[*harness.CoreDNS]*replicaState
+	required map[string]bool // the addresses every answer of the phase holds
+	allowed  map[string]bool // those and the ones changing in the phase
+	sent     [2]atomic.Int64 // UDP, TCP
 	failed   atomic.Int64
 	failures []string
 	done     chan struct{}
 	wg       sync.WaitGroup
 }
 
-func newPool(qname string, cs ...*harness.CoreDNS) *pool {
-	p := &pool{qname: qname, replicas: map[*harness.CoreDNS]bool{}, done: make(chan struct{})}
+// replicaState is what the pool knows of a replica: whether it reports ready, and its queries in flight.
+type replicaState struct {
+	ready    bool
+	inFlight sync.WaitGroup
+}
+
+// newPool starts the load on cs, every answer exactly want.
+func newPool(qname string, want []string, cs ...*harness.CoreDNS) *pool {
+	p := &pool{qname: qname, replicas: map[*harness.CoreDNS]*replicaState{}, done: make(chan struct{})}
+	p.expect(want)
 	for _, c := range cs {
-		p.replicas[c] = true
+		p.replicas[c] = &replicaState{ready: true}
 	}
 	p.wg.Add(1)
 	go p.probe()
@@ -294,16 +328,52 @@ func newPool(qname string, cs ...*harness.CoreDNS) *pool {
 	return p
 }
 
-func (p *pool) add(c *harness.CoreDNS) {
+// expect makes every answer from now on hold all of required and none but those and changing:
+// the addresses that come or go while a change is under way, one by one as the API writes them.
+func (p *pool) expect(required []string, changing ...[]string) {
+	req, all := map[string]bool{}, map[string]bool{}
+	for _, a := range required {
+		req[a], all[a] = true, true
+	}
+	for _, l := range changing {
+		for _, a := range l {
+			all[a] = true
+		}
+	}
 	p.mu.Lock()
-	p.replicas[c] = false // until its /ready says so
+	p.required, p.allowed = req, all
 	p.mu.Unlock()
 }
 
+// expected reports whether an answer of addrs is what p expects now; p.mu is held.
+func (p *pool) expected(addrs []string) bool {
+	held := 0
+	for i, a := range addrs {
+		if !p.allowed[a] || slices.Contains(addrs[:i], a) {
+			return false
+		}
+		if p.required[a] {
+			held++
+		}
+	}
+	return held == len(p.required)
+}
+
+func (p *pool) add(c *harness.CoreDNS) {
+	p.mu.Lock()
+	p.replicas[c] = &replicaState{} // not ready until its /ready says so
+	p.mu.Unlock()
+}
+
+// remove takes c out of the pool and returns once no query is in flight to it.
 func (p *pool) remove(c *harness.CoreDNS) {
 	p.mu.Lock()
+	st := p.replicas[c]
 	delete(p.replicas, c)
 	p.mu.Unlock()
+	if st != nil {
+		st.inFlight.Wait()
+	}
 }
 
 func (p *pool) stop() {
@@ -333,8 +403,8 @@ func (p *pool) probe() {
 				resp.Body.Close()
 			}
 			p.mu.Lock()
-			if _, ok := p.replicas[c]; ok {
-				p.replicas[c] = ready
+			if st, ok := p.replicas[c]; ok {
+				st.ready = ready
 			}
 			p.mu.Unlock()
 		}
@@ -343,7 +413,7 @@ func (p *pool) probe() {
 
 func (p *pool) send() {
 	defer p.wg.Done()
-	cl := &dns.Client{Timeout: time.Second}
+	clients := [2]*dns.Client{{Net: "udp", Timeout: time.Second}, {Net: "tcp", Timeout: time.Second}}
 	m := new(dns.Msg)
 	m.SetQuestion(p.qname, dns.TypeA)
 	tick := time.NewTicker(4 * time.Millisecond) // 4 senders: ~1000 queries a second
@@ -355,32 +425,48 @@ func (p *pool) send() {
 			return
 		case <-tick.C:
 		}
+		i++
+		proto := i % 2
+		p.sent[proto].Add(1)
 		p.mu.Lock()
 		var ready []*harness.CoreDNS
-		for c, ok := range p.replicas {
-			if ok {
+		for c, st := range p.replicas {
+			if st.ready {
 				ready = append(ready, c)
 			}
 		}
-		p.mu.Unlock()
 		if len(ready) == 0 {
+			p.fail("no ready replica")
+			p.mu.Unlock()
 			continue
 		}
-		i++
-		c := ready[i%len(ready)]
-		p.sent.Add(1)
-		r, _, err := cl.Exchange(m, c.Addr)
-		if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
-			continue
-		}
-		p.mu.Lock()
-		if _, still := p.replicas[c]; still { // not removed (killed) on purpose meanwhile
-			p.failed.Add(1)
-			if len(p.failures) < 10 {
-				p.failures = append(p.failures, fmt.Sprintf("%s: %v %v", c.Addr, err, r))
+		c := ready[i/2%len(ready)]
+		st := p.replicas[c]
+		st.inFlight.Add(1)
+		p.mu.Unlock()
+		r, _, err := clients[proto].Exchange(m, c.Addr)
+		var got []string
+		if err == nil {
+			for _, rr := range r.Answer {
+				if a, ok := rr.(*dns.A); ok {
+					got = append(got, a.A.String())
+				}
 			}
 		}
+		p.mu.Lock()
+		if err != nil || r.Rcode != dns.RcodeSuccess || !p.expected(got) {
+			p.fail(fmt.Sprintf("%s over %s: %v %v", c.Addr, clients[proto].Net, err, got))
+		}
 		p.mu.Unlock()
+		st.inFlight.Done()
+	}
+}
+
+// fail counts a failed query; p.mu is held.
+func (p *pool) fail(why string) {
+	p.failed.Add(1)
+	if len(p.failures) < 10 {
+		p.failures = append(p.failures, why)
 	}
 }
 
@@ -388,25 +474,24 @@ func (p *pool) send() {
 func (p *pool) await(t *testing.T, n int64) {
 	t.Helper()
 	eventually(t, fmt.Sprintf("%d queries", n), func() error {
-		if sent := p.sent.Load(); sent < n {
+		if sent := p.sent[0].Load() + p.sent[1].Load(); sent < n {
 			return fmt.Errorf("%d sent", sent)
 		}
 		return nil
 	})
 }
 
-// check reports the failures since the last check; queries to a replica removed from the pool
-// meanwhile (killed on purpose) do not count.
+// check reports the queries and failures since the last check.
 func (p *pool) check(t *testing.T, phase string) {
 	t.Helper()
 	p.mu.Lock()
 	failures := p.failures
 	p.failures = nil
 	p.mu.Unlock()
-	sent, failed := p.sent.Swap(0), p.failed.Swap(0)
-	t.Logf("%s: %d queries, %d failed", phase, sent, failed)
-	if sent == 0 {
-		t.Errorf("%s: no queries sent", phase)
+	udp, tcp, failed := p.sent[0].Swap(0), p.sent[1].Swap(0), p.failed.Swap(0)
+	t.Logf("%s: %d queries (%d UDP, %d TCP), %d failed", phase, udp+tcp, udp, tcp, failed)
+	if udp == 0 || tcp == 0 {
+		t.Errorf("%s: %d UDP and %d TCP queries sent", phase, udp, tcp)
 	}
 	if failed > 0 {
 		t.Errorf("%s: %d failed queries, the first ones:\n%s", phase, failed, strings.Join(failures, "\n"))

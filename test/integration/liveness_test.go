@@ -92,11 +92,14 @@ func TestGatewayLiveness(t *testing.T) {
 	}
 	eventually(t, "west up", func() error { return up(true) })
 
-	load := newPool(fooNS, c)
+	all, westDown, westIPs := addrsOf(local, westA, northA), addrsOf(local, northA), addrsOf(westA)
+	load := newPool(fooNS, all, c)
 	defer load.stop()
 
+	load.expect(westDown, westIPs) // west's records go one per-pod mirror at a time
 	setGateway(false)
 	eventually(t, "west down", func() error { return up(false) })
+	load.expect(westDown)
 	load.await(t, 500)
 	eventually(t, "one log line and the metrics of west going down", func() error {
 		if n := strings.Count(c.Logs(), `cluster "west" is down`); n != 1 {
@@ -109,8 +112,10 @@ func TestGatewayLiveness(t *testing.T) {
 	})
 	load.check(t, "gateway down")
 
+	load.expect(westDown, westIPs)
 	setGateway(true)
 	eventually(t, "west back", func() error { return up(true) })
+	load.expect(all)
 	load.await(t, 500)
 	eventually(t, "one log line for west coming back", func() error {
 		if n := strings.Count(c.Logs(), `cluster "west" is back`); n != 1 {
@@ -121,6 +126,7 @@ func TestGatewayLiveness(t *testing.T) {
 	load.check(t, "gateway up")
 
 	// Flaps, faster than a second: the last state wins.
+	load.expect(westDown, westIPs)
 	setGateway(false)
 	setGateway(true)
 	eventually(t, "west up after down/up", func() error { return up(true) })
@@ -128,10 +134,12 @@ func TestGatewayLiveness(t *testing.T) {
 	setGateway(true)
 	setGateway(false)
 	eventually(t, "west down after down/up/down", func() error { return up(false) })
+	load.await(t, 500)
 	load.check(t, "flaps")
 
 	// A record without a per-pod mirror (not created yet, or a Linkerd without them) keeps the
 	// headless mirror's readiness: west's foo-1 answers again though its gateway is down.
+	load.expect(addrsOf(local), westIPs, addrsOf(northA))
 	must(t, harness.DeletePodMirror(ctx, client(), ns, "foo-1", "west"))
 	podMirrors--
 	eventuallyExpect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA[1])
@@ -146,7 +154,20 @@ func TestGatewayLiveness(t *testing.T) {
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "north", false))
 	must(t, err)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA)...)
+	load.expect(addrsOf(local, westA))
+	load.await(t, 500)
 	load.check(t, "per-pod mirror removed, remote pod not ready")
+}
+
+// addrsOf is the addresses of rendered A records ("A 10.0.0.1"), of every list.
+func addrsOf(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		for _, rr := range l {
+			out = append(out, strings.TrimPrefix(rr, "A "))
+		}
+	}
+	return out
 }
 
 // TestGatewayBlip follows Linkerd through the hole in its liveness signal (linkerd2
@@ -329,8 +350,9 @@ func TestRemoteServiceChange(t *testing.T) {
 	westA := []string{"A " + westObjs.ClusterIPs["foo-0"], "A " + westObjs.ClusterIPs["foo-1"]}
 	northA := []string{"A " + north.ClusterIPs["foo-0"]}
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA, northA)...)
-	load := newPool(fooNS, c)
+	load := newPool(fooNS, addrsOf(local, westA, northA), c)
 	defer load.stop()
+	load.expect(addrsOf(local, northA), addrsOf(westA)) // never the gateway's address
 
 	west.Annotations = map[string]string{"example.com/team": "db"}
 	must(t, harness.UpdateMirrorService(ctx, client(), west))
