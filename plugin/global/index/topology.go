@@ -157,21 +157,29 @@ func (t *Topology) Tier(cluster string) uint8 {
 // Why names what decided cluster's tier: "local", "<key>:<value>" for the first preference key
 // whose value it shares with this cluster (zone and region for the well-known keys), or "none".
 func (t *Topology) Why(cluster string) string {
-	_, why := t.rank(cluster)
-	return why
+	switch tier, key := t.rank(cluster); {
+	case tier == 0:
+		return "local"
+	case key == "":
+		return "none"
+	default:
+		return shortKey(key) + ":" + t.Locality[cluster][key]
+	}
 }
 
+// rank returns the tier of cluster and the preference key that decided it ("" for none). It
+// allocates nothing: every build asks it for each member.
 func (t *Topology) rank(cluster string) (uint8, string) {
 	if cluster == t.Local {
-		return 0, "local"
+		return 0, ""
 	}
 	here, there := t.Locality[t.Local], t.Locality[cluster]
 	for i, k := range t.Keys {
 		if v := here[k]; v != "" && there[k] == v {
-			return uint8(i + 1), shortKey(k) + ":" + v
+			return uint8(i + 1), k
 		}
 	}
-	return uint8(len(t.Keys) + 1), "none"
+	return uint8(len(t.Keys) + 1), ""
 }
 
 // Topology returns the topology s was built with: its tiers' and its local records' cluster name's.
