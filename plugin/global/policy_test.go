@@ -99,7 +99,7 @@ func TestPolicies(t *testing.T) {
 	// The owner's policy answers where no zone has one; a zone's wins over it.
 	pol := index.Policy{Nearest: 1}
 	src.Remove(foo, local)
-	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: dbPort}, Policy: &pol},
+	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: dbPort}, Settings: &index.Settings{Policy: &pol}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.0.1"), indextest.Endpoint("foo-1", "10.0.0.2")))
 	g.index.Changed(foo)
 	g.index.Publish()

@@ -24,8 +24,8 @@ func DiffServices(got, want *Service) string {
 		return fmt.Sprintf("members %v, want %v", got.Members, want.Members)
 	case got.Records().Len() != want.Records().Len():
 		return fmt.Sprintf("%d records, want %d", got.Records().Len(), want.Records().Len())
-	case got.v4 != want.v4 || got.ready != want.ready:
-		return fmt.Sprintf("v4 %d ready %d, want %d %d", got.v4, got.ready, want.v4, want.ready)
+	case got.v4 != want.v4 || got.ready != want.ready || got.depleted != want.depleted:
+		return fmt.Sprintf("v4 %d ready %d depleted %v, want %d %d %v", got.v4, got.ready, got.depleted, want.v4, want.ready, want.depleted)
 	case !slices.Equal(got.clusters, want.clusters):
 		return fmt.Sprintf("clusters %v, want %v", got.clusters, want.clusters)
 	case (got.inc == nil) != (want.inc == nil):
@@ -42,7 +42,7 @@ func DiffServices(got, want *Service) string {
 		return fmt.Sprintf("warnings %q, want %q", gw, ww)
 	}
 	if !SameAnnotations(got, want) {
-		return fmt.Sprintf("slice annotations %v, want %v", got.annotated, want.annotated)
+		return fmt.Sprintf("slice annotations %v, want %v", annotationsOf(got), annotationsOf(want))
 	}
 	if got.inc != nil {
 		if !slices.Equal(got.inc.counts, want.inc.counts) {
@@ -57,6 +57,19 @@ func DiffServices(got, want *Service) string {
 		return checkParts(got.inc)
 	}
 	return ""
+}
+
+// annotationsOf returns the slice annotations of each of s's member clusters.
+func annotationsOf(s *Service) []Annotations {
+	var out []Annotations
+	for _, c := range s.clusters {
+		if c.annotations == nil {
+			out = append(out, nil)
+			continue
+		}
+		out = append(out, *c.annotations)
+	}
+	return out
 }
 
 // orderOf returns member i's slices in inc's order.
@@ -130,6 +143,7 @@ func CheckViews(svc *Service) string {
 	}
 	flat := svc.Records().Flat()
 	ready := flat[:svc.ready]
+	v4 := int(svc.v4)
 	type scope struct{ cluster, host string }
 	want := map[scope]*View{} // by cluster ("" host) and by cluster and host
 	add := func(k scope, r Record) {
@@ -151,8 +165,8 @@ func CheckViews(svc *Service) string {
 	same := func(a, b []Record) bool {
 		return slices.EqualFunc(a, b, func(x, y Record) bool { return compareRecords(x, y) == 0 })
 	}
-	if all := svc.All(); !same(all.A, ready[:svc.v4]) || !same(all.AAAA, ready[svc.v4:]) {
-		return fmt.Sprintf("All() has %d and %d records, want %d and %d", len(all.A), len(all.AAAA), svc.v4, len(ready)-svc.v4)
+	if all := svc.All(); !same(all.A, ready[:v4]) || !same(all.AAAA, ready[v4:]) {
+		return fmt.Sprintf("All() has %d and %d records, want %d and %d", len(all.A), len(all.AAAA), v4, len(ready)-v4)
 	}
 	for k, w := range want {
 		got, ok := svc.Cluster(k.cluster)

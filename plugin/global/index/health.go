@@ -31,7 +31,7 @@ func (h *health) add(svc *Service, sign int) {
 	case svc == nil:
 	case svc.inc != nil:
 		for i, n := range svc.inc.counts {
-			h.of(svc.clusters[i].name).plus(n, sign)
+			h.of(svc.clusterName(i)).plus(n, sign)
 		}
 	default:
 		var c *clusterCounts

@@ -28,8 +28,14 @@ var (
 	ServiceAnnotationKeys = []string{AnnotationOpaquePorts}
 )
 
-// Annotation is one annotation kept.
-type Annotation struct{ Key, Value string }
+// Annotation is one annotation kept. A Relative one's Value is what follows "<svc>.<ns>." in the
+// annotation's value, svc and ns being the global service's own: a remote service's fully qualified
+// name, which every mirror of it spells out, is so kept once per linked cluster's domain, not once
+// per mirror.
+type Annotation struct {
+	Key, Value string
+	Relative   bool
+}
 
 // Annotations are the annotations of an object that are kept, sorted by key; nil for none.
 type Annotations []Annotation
@@ -39,14 +45,14 @@ func KeepAnnotations(all map[string]string, keys []string) Annotations {
 	var out Annotations
 	for _, k := range keys {
 		if v, ok := all[k]; ok {
-			out = append(out, Annotation{k, v})
+			out = append(out, Annotation{Key: k, Value: v})
 		}
 	}
 	slices.SortFunc(out, func(a, b Annotation) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
-// Get returns the value of key, and whether it is there.
+// Get returns the value of key as kept, and whether it is there.
 func (as Annotations) Get(key string) (string, bool) {
 	for _, a := range as {
 		if a.Key == key {
@@ -56,53 +62,61 @@ func (as Annotations) Get(key string) (string, bool) {
 	return "", false
 }
 
-// sliceAnnotations returns, for each of members with annotated slices, its cluster and the first
-// of its slices' annotations (a member's slices are copies of one object's: they differ only
-// while kube-controller-manager rewrites them one by one).
-func (t *Topology) sliceAnnotations(members []*Member, slicesOf [][]*Slice) []clusterAnnotations {
-	var out []clusterAnnotations
-	for i, m := range members {
-		for _, sl := range slicesOf[i] {
-			if sl.Annotations != nil {
-				out = append(out, clusterAnnotations{t.ClusterOf(m), sl.Annotations})
-				break
-			}
+// Map returns as as an object's annotations for global service k (Relative values made whole);
+// nil for none.
+func (as Annotations) Map(k Key) map[string]string {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(as))
+	for _, a := range as {
+		out[a.Key] = a.Value
+		if a.Relative {
+			out[a.Key] = k.Name + "." + k.Namespace + "." + a.Value
 		}
 	}
 	return out
 }
 
-// clusterAnnotations are the annotations of one member cluster's slices.
-type clusterAnnotations struct {
-	cluster     string
-	annotations Annotations
+// annotate keeps, for each member, the annotations of the first of its slices that has some (a
+// member's slices are copies of one object's: they differ only while kube-controller-manager
+// rewrites them one by one).
+func (s *Service) annotate(slicesOf [][]*Slice) {
+	for i := range s.clusters {
+		s.clusters[i].annotations = nil // relocate copied the previous build's
+		for _, sl := range slicesOf[i] {
+			if sl.Annotations != nil {
+				s.clusters[i].annotations = sl.Annotations
+				break
+			}
+		}
+	}
 }
 
-// SliceAnnotations returns what the slices of cluster's member are annotated with (of
-// SliceAnnotationKeys): what the slices written for that cluster carry.
-func (s *Service) SliceAnnotations(cluster string) Annotations {
-	for _, c := range s.annotated {
-		if c.cluster == cluster {
-			return c.annotations
-		}
+// SliceAnnotations returns what the slices written for cluster carry: the annotations (of
+// SliceAnnotationKeys) of the slices of cluster's member; nil for none.
+func (s *Service) SliceAnnotations(cluster string) map[string]string {
+	if c := s.cluster(cluster); c != nil && c.annotations != nil {
+		return c.annotations.Map(s.Key)
 	}
 	return nil
 }
 
-// ServiceAnnotations returns the annotations (of ServiceAnnotationKeys) of the Service of the
-// first member: the local one when there is one, whose owner configures it; else the first
-// mirror's, which Linkerd copies from the remote Service.
-func (s *Service) ServiceAnnotations() Annotations {
-	if s == nil || len(s.Members) == 0 {
+// ServiceAnnotations returns what the written Service carries: the annotations (of
+// ServiceAnnotationKeys) of the Service of the first member: the local one when there is one,
+// whose owner configures it; else the first mirror's, which Linkerd copies from the remote
+// Service. nil for none.
+func (s *Service) ServiceAnnotations() map[string]string {
+	if s == nil || len(s.Members) == 0 || s.Members[0].Settings == nil {
 		return nil
 	}
-	return s.Members[0].Annotations
+	return s.Members[0].Settings.Annotations.Map(s.Key)
 }
 
-// SameAnnotations reports whether a and b, two versions of one service, have the same slice
-// annotations.
+// SameAnnotations reports whether a and b, two versions of one service with the same members, have
+// the same slice annotations.
 func SameAnnotations(a, b *Service) bool {
-	return slices.EqualFunc(a.annotated, b.annotated, func(x, y clusterAnnotations) bool {
-		return x.cluster == y.cluster && slices.Equal(x.annotations, y.annotations)
+	return slices.EqualFunc(a.clusters, b.clusters, func(p, q clusterRun) bool {
+		return p.annotations == q.annotations || p.annotations != nil && q.annotations != nil && slices.Equal(*p.annotations, *q.annotations)
 	})
 }

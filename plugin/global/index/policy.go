@@ -51,22 +51,25 @@ func (p Policy) String() string {
 // Policy returns the policy the owner of s set on its Service: the local one's when there is one;
 // else the first mirror's, which Linkerd copies from the remote Service. ok is false without one.
 func (s *Service) Policy() (p Policy, ok bool) {
-	if len(s.Members) == 0 || s.Members[0].Policy == nil {
+	if len(s.Members) == 0 || s.Members[0].Settings == nil || s.Members[0].Settings.Policy == nil {
 		return Policy{}, false
 	}
-	return *s.Members[0].Policy, true
+	return *s.Members[0].Settings.Policy, true
 }
 
 // Depleted reports whether the nearest tier that has a member of s has no ready record: an answer
 // that keeps the nearest tiers fails over to farther ones.
-func (s *Service) Depleted() bool {
+func (s *Service) Depleted() bool { return s.depleted }
+
+// computeDepleted computes Depleted once s's records are placed.
+func (s *Service) computeDepleted() bool {
 	nearest, ready := uint8(255), false
-	for _, c := range s.clusters {
-		has := c.a[1] > c.a[0] || c.aaaa[1] > c.aaaa[0]
+	for i, c := range s.clusters {
+		tier, has := s.topo.Tier(s.clusterName(i)), c.a[1] > c.a[0] || c.aaaa[1] > c.aaaa[0]
 		switch {
-		case c.tier < nearest:
-			nearest, ready = c.tier, has
-		case c.tier == nearest:
+		case tier < nearest:
+			nearest, ready = tier, has
+		case tier == nearest:
 			ready = ready || has
 		}
 	}
@@ -82,8 +85,9 @@ type MemberCluster struct {
 // Clusters returns the member clusters of s.
 func (s *Service) Clusters() []MemberCluster {
 	out := make([]MemberCluster, len(s.clusters))
-	for i, c := range s.clusters {
-		out[i] = MemberCluster{c.name, c.tier}
+	for i := range s.clusters {
+		name := s.clusterName(i)
+		out[i] = MemberCluster{name, s.topo.Tier(name)}
 	}
 	return out
 }

@@ -212,9 +212,9 @@ func (r *randomService) change() string {
 		i := pick()
 		sl := *sls[i]
 		if r.rng.IntN(2) == 0 {
-			sl.Unnamed = r.rng.IntN(3)
+			sl.Unnamed = int32(r.rng.IntN(3))
 		} else {
-			sl.Annotations = index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: fmt.Sprint("gateway-", r.rng.IntN(3))}}
+			sl.Annotations = &index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: fmt.Sprint("gateway-", r.rng.IntN(3))}}
 		}
 		sls[i] = &sl
 		r.src.SetSlices(m, sls...)

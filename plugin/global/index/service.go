@@ -24,12 +24,12 @@ type Service struct {
 	// Warnings lists surprising input met while building (skipped members, duplicate hostnames, ...).
 	Warnings []Warning
 
-	v4, ready int                  // Records[:v4] are the ready IPv4 records, Records[v4:ready] the IPv6 ones
-	clusters  []clusterRun         // where each member cluster's ready records are
-	annotated []clusterAnnotations // the member clusters whose slices have annotations kept
-	built     int64                // when it was built, in Unix nanoseconds
-	topo      *Topology            // what it was built with
-	inc       *incremental         // nil below incrementalMin records
+	v4, ready int32        // Records[:v4] are the ready IPv4 records, Records[v4:ready] the IPv6 ones
+	depleted  bool         // see Depleted
+	clusters  []clusterRun // each member's cluster (as Members): where its ready records are
+	built     int64        // when it was built, in Unix nanoseconds
+	topo      *Topology    // what it was built with
+	inc       *incremental // nil below incrementalMin records
 }
 
 // Built returns when the service was built: the last change of any of its objects.
@@ -43,13 +43,17 @@ func (s *Service) answers() int {
 	return 1
 }
 
-// clusterRun locates one cluster's ready records: Records() a[0] to a[1] (IPv4), aaaa[0] to aaaa[1].
-// int32 offsets: one per member of every service, and no service has 2^31 records.
+// clusterRun locates one member cluster's ready records: Records() a[0] to a[1] (IPv4), aaaa[0] to
+// aaaa[1]; and has what its slices carry for mesh-aware clients. One per member of every service:
+// int32 offsets (no service has 2^31 records), and the cluster's name is its member's (see
+// clusterName).
 type clusterRun struct {
-	name    string
-	tier    uint8
-	a, aaaa [2]int32
+	a, aaaa     [2]int32
+	annotations *Annotations // the first of the member's slices' (see annotate); nil: none
 }
+
+// clusterName returns the name of the cluster of s.clusters[i].
+func (s *Service) clusterName(i int) string { return s.topo.ClusterOf(s.Members[i]) }
 
 // Records returns every address of every member, ready or not, ordered: ready first, then IPv4
 // before IPv6, then by tier, cluster, host and address. Views are runs of it.
@@ -61,7 +65,7 @@ func (s *Service) Records() Records {
 }
 
 // All returns the ready records of every member.
-func (s *Service) All() View { return s.view(0, s.v4, s.v4, s.ready) }
+func (s *Service) All() View { return s.view(0, int(s.v4), int(s.v4), int(s.ready)) }
 
 // view returns the view of records a to b (IPv4) and c to d (IPv6).
 func (s *Service) view(a, b, c, d int) View {
@@ -81,12 +85,20 @@ func (s *Service) Cluster(cluster string) (View, bool) {
 }
 
 func (s *Service) cluster(name string) *clusterRun {
-	for i := range s.clusters {
-		if c := &s.clusters[i]; c.name == name {
-			return c
-		}
+	if i := s.clusterIndex(name); i >= 0 {
+		return &s.clusters[i]
 	}
 	return nil
+}
+
+// clusterIndex returns the index in s.clusters of cluster name; -1 when no member is from it.
+func (s *Service) clusterIndex(name string) int {
+	for i := range s.clusters {
+		if s.clusterName(i) == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // Host returns the ready records of one endpoint; ok is false when it has none. They are in
@@ -148,17 +160,24 @@ func (t *Topology) Rebuild(prev *Service, k Key, src Source) *Service {
 	if s == nil {
 		return nil
 	}
-	s.annotated = t.sliceAnnotations(s.Members, slicesOf)
 	var gens []uint64
 	if prev != nil && prev.inc != nil && prev.topo == t && slices.Equal(prev.Members, s.Members) {
 		w := len(s.Warnings)
 		if gens = generations(s.Members, src); t.update(prev, s, slicesOf, src, gens) {
+			s.finish(slicesOf)
 			return s
 		}
 		s.Warnings = s.Warnings[:w] // made again by build
 	}
 	t.build(s, slicesOf, src, gens)
+	s.finish(slicesOf)
 	return s
+}
+
+// finish sets what s keeps of its records' places and its members' slices once they are built.
+func (s *Service) finish(slicesOf [][]*Slice) {
+	s.annotate(slicesOf)
+	s.depleted = s.computeDepleted()
 }
 
 // members starts building k: its accepted members and their slices. s is nil when k has no member.
@@ -235,7 +254,7 @@ func (t *Topology) build(s *Service, slicesOf [][]*Slice, src Source, gens []uin
 	s.locate(t)
 	s.warnDuplicateHosts(s.All())
 	if inc != nil {
-		inc.counts = s.countRecords(t.Local)
+		inc.counts = s.countRecords()
 	}
 }
 
@@ -416,10 +435,10 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 	dels := sc.dels.make(0)
 	drop := func(o uint32, ep *Endpoint) bool {
 		m := old.owners[o]
-		i, r := findRecord(all, prev.ready, Record{Endpoint: ep, Origin: &origins[m], Tier: tiers[m]}, o)
+		i, r := findRecord(all, int(prev.ready), Record{Endpoint: ep, Origin: &origins[m], Tier: tiers[m]}, o)
 		if r != nil {
 			dels = append(dels, i)
-			count(inc.counts, prev.clusters, r, t.Local, -1)
+			count(inc.counts, prev, r, -1)
 		}
 		return r != nil
 	}
@@ -473,7 +492,7 @@ func (t *Topology) update(prev, s *Service, slicesOf [][]*Slice, src Source, gen
 	pos := sc.pos.make(len(fresh))
 	for i := range fresh {
 		pos[i] = all.search(0, all.Len(), func(r *Record) bool { return compareRecords(*r, fresh[i]) > 0 })
-		count(inc.counts, prev.clusters, &fresh[i], t.Local, 1)
+		count(inc.counts, prev, &fresh[i], 1)
 	}
 
 	sc.adds.keep(adds)
@@ -717,21 +736,18 @@ func hasCopy(rs Records, i int) bool {
 }
 
 // countRecords counts s's records by member cluster (as s.clusters) and state.
-func (s *Service) countRecords(local string) []clusterCounts {
+func (s *Service) countRecords() []clusterCounts {
 	counts := make([]clusterCounts, len(s.clusters))
 	for r := range s.Records().All() {
-		count(counts, s.clusters, r, local, 1)
+		count(counts, s, r, 1)
 	}
 	return counts
 }
 
-// count adds sign to the count, in counts (as clusters), of r's cluster and state.
-func count(counts []clusterCounts, clusters []clusterRun, r *Record, local string, sign int) {
-	for i := range clusters {
-		if clusters[i].name == r.Cluster {
-			counts[i].add(r, local, sign)
-			return
-		}
+// count adds sign to the count, in counts (as s.clusters), of r's cluster and state.
+func count(counts []clusterCounts, s *Service, r *Record, sign int) {
+	if i := s.clusterIndex(r.Cluster); i >= 0 {
+		counts[i].add(r, s.topo.Local, sign)
 	}
 }
 
@@ -884,13 +900,14 @@ func compareEndpoints(a, b Record) int {
 // binary search, as the records are sorted by readiness, family, tier and cluster.
 func (s *Service) locate(t *Topology) {
 	rs := s.Records()
-	s.ready = rs.search(0, rs.Len(), func(r *Record) bool { return !r.Ready })
-	s.v4 = rs.search(0, s.ready, func(r *Record) bool { return !r.is4 })
+	ready := rs.search(0, rs.Len(), func(r *Record) bool { return !r.Ready })
+	v4 := rs.search(0, ready, func(r *Record) bool { return !r.is4 })
+	s.ready, s.v4 = int32(ready), int32(v4)
 	s.clusters = make([]clusterRun, 0, len(s.Members))
 	for _, m := range s.Members {
 		c := t.ClusterOf(m)
 		tier := t.Tier(c)
-		s.clusters = append(s.clusters, clusterRun{name: c, tier: tier, a: span(rs, 0, s.v4, tier, c), aaaa: span(rs, s.v4, s.ready, tier, c)})
+		s.clusters = append(s.clusters, clusterRun{a: span(rs, 0, v4, tier, c), aaaa: span(rs, v4, ready, tier, c)})
 	}
 }
 
@@ -908,12 +925,12 @@ func (s *Service) relocate(t *Topology, prev *Service, dels []int, fresh []Recor
 		}
 		return int32(n)
 	}
-	s.v4 = int(shift(int32(prev.v4), bound{four: true, last: true}))
-	s.ready = int(shift(int32(prev.ready), bound{last: true}))
+	s.v4 = shift(prev.v4, bound{four: true, last: true})
+	s.ready = shift(prev.ready, bound{last: true})
 	s.clusters = slices.Clone(prev.clusters)
 	for i := range s.clusters {
-		c := &s.clusters[i]
-		b := bound{tier: c.tier, cluster: c.name}
+		c, name := &s.clusters[i], s.clusterName(i)
+		b := bound{tier: t.Tier(name), cluster: name}
 		for _, four := range [2]bool{true, false} {
 			run := &c.aaaa
 			if b.four = four; four {

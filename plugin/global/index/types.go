@@ -54,10 +54,8 @@ type Member struct {
 	// Origin is the linked cluster ("" for the local Service) and the Service's ports (for
 	// mirrors, what clients dial): a mirror's records share it.
 	Origin
-	// Annotations are the Service's of ServiceAnnotationKeys.
-	Annotations Annotations
-	// Policy is the Service's AnnotationPolicy, nil without a valid one.
-	Policy *Policy
+	// Settings are what its owner set on the Service that the plugin uses; nil: none.
+	Settings *Settings
 
 	// local is the Origin a local member's records last had (their cluster is this one's name,
 	// their ports the slices'), shared by the next build's records when it still fits: one
@@ -83,14 +81,20 @@ func (m *Member) Local() bool { return m.Cluster == "" }
 
 // Slice is one EndpointSlice of a member, reduced to what the index needs. Immutable once built.
 type Slice struct {
-	Family      Family
-	Ports       []Port // as written in the slice: the pods' target ports
-	Endpoints   []Endpoint
-	Annotations Annotations // a mirror's, of SliceAnnotationKeys
+	Family Family
 	// Unnamed counts the endpoints of a mirror's slice left out for having no hostname: Linkerd
 	// mirrors only pods with one into a headless mirror, so such an address is not a pod (see
 	// watch).
-	Unnamed int
+	Unnamed     int32
+	Ports       []Port // as written in the slice: the pods' target ports
+	Endpoints   []Endpoint
+	Annotations *Annotations // a mirror's, of SliceAnnotationKeys; nil: none (shared, one per distinct list)
+}
+
+// Settings are what a member Service's owner set on it that the plugin uses.
+type Settings struct {
+	Annotations Annotations // of ServiceAnnotationKeys, which the written Service carries
+	Policy      *Policy     // AnnotationPolicy, nil without a valid one
 }
 
 // Endpoint is one endpoint of a Slice. Conditions follow EndpointSlice semantics with nil resolved.

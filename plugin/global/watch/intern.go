@@ -35,10 +35,11 @@ func (i *interner[V]) get(key string, v V) V {
 var (
 	namespaces      = &interner[string]{max: 10000}
 	portLists       = &interner[[]index.Port]{max: 10000}
-	annotationLists = &interner[index.Annotations]{max: 10000}
+	annotationLists = &interner[*index.Annotations]{max: 10000}
 )
 
-func internAnnotations(as index.Annotations) index.Annotations {
+// internAnnotations returns the one copy of as; nil when as is empty.
+func internAnnotations(as index.Annotations) *index.Annotations {
 	if len(as) == 0 {
 		return nil
 	}
@@ -48,8 +49,11 @@ func internAnnotations(as index.Annotations) index.Annotations {
 		key.WriteByte(0)
 		key.WriteString(a.Value)
 		key.WriteByte(0)
+		if a.Relative {
+			key.WriteByte(1)
+		}
 	}
-	return annotationLists.get(key.String(), as)
+	return annotationLists.get(key.String(), &as)
 }
 
 func internPorts(ps []index.Port) []index.Port {

@@ -72,7 +72,7 @@ func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 		return nil, index.Key{}
 	}
 	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s)},
-		Annotations: serviceAnnotations(s), Policy: policy(s, p)}
+		Settings: settings(s, p)}
 	return m, index.Key{Namespace: s.Namespace, Name: name}
 }
 
@@ -121,7 +121,7 @@ func localMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 		return nil, index.Key{}
 	}
 	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s)},
-		Annotations: serviceAnnotations(s), Policy: policy(s, p)}
+		Settings: settings(s, p)}
 	return m, index.Key{Namespace: s.Namespace, Name: s.Name}
 }
 
@@ -140,18 +140,38 @@ func policy(s *corev1.Service, p *problems) *index.Policy {
 	return &pol
 }
 
-// serviceAnnotations are the annotations of s that the written Service carries.
-func serviceAnnotations(s *corev1.Service) index.Annotations {
-	return internAnnotations(index.KeepAnnotations(s.Annotations, index.ServiceAnnotationKeys))
+// settings are what the owner of s set on it that the plugin uses: nil when none.
+func settings(s *corev1.Service, p *problems) *index.Settings {
+	as, pol := index.KeepAnnotations(s.Annotations, index.ServiceAnnotationKeys), policy(s, p)
+	if as == nil && pol == nil {
+		return nil
+	}
+	if as != nil {
+		as = *internAnnotations(as)
+	}
+	return &index.Settings{Annotations: as, Policy: pol}
 }
 
 // mirrorSliceAnnotations are the annotations of a headless mirror's slice that the slices written
 // for its cluster carry: what Linkerd's destination service reads of a mirror's endpoints. Linkerd
-// sets the gateway identity on every mirror whose Link names one.
-func mirrorSliceAnnotations(es *discoveryv1.EndpointSlice, p *problems) index.Annotations {
+// sets the gateway identity on every mirror whose Link names one. The remote service's name,
+// <svc>.<ns>.svc.<the linked cluster's domain>, is kept relative to <svc>.<ns>., which is the global
+// service's own (its name is the remote service's, as the mirror Service's own annotation says, and
+// the mirror's name starts with it; its namespace the mirror's): the rest is what every mirror of
+// one Link shares.
+func mirrorSliceAnnotations(es *discoveryv1.EndpointSlice, p *problems) *index.Annotations {
 	as := index.KeepAnnotations(es.Annotations, index.SliceAnnotationKeys)
 	if _, ok := as.Get(index.AnnotationGatewayIdentity); !ok {
 		p.add(ReasonNoGatewayIdentity, "no "+index.AnnotationGatewayIdentity+" annotation: the slices written for its cluster carry none")
+	}
+	for i := range as {
+		if a := &as[i]; a.Key == index.AnnotationRemoteFQName {
+			name, rest, _ := strings.Cut(a.Value, ".")
+			ns, rest, ok := strings.Cut(rest, ".")
+			if ok && ns == es.Namespace && strings.HasPrefix(es.Labels[discoveryv1.LabelServiceName], name+"-") {
+				a.Value, a.Relative = rest, true
+			}
+		}
 	}
 	return internAnnotations(as)
 }

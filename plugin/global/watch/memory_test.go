@@ -84,18 +84,22 @@ func scaleObjects(services int) map[[2]int][]any {
 		global := fmt.Sprintf("s%d", i)
 		for ci, cluster := range scaleClusters {
 			name, labels, src := global, map[string]string{"mirror.linkerd.io/exported": "true"}, fromLocal
-			var ann map[string]string
+			var ann, sliceAnn map[string]string
 			if cluster != "" {
 				name, src = global+"-"+cluster, fromMirror
 				labels = map[string]string{LabelMirroredService: "true", LabelClusterName: cluster}
 				ann = map[string]string{AnnotationRemoteFQName: global + ".scale.svc.cluster.local"}
+				// What the service mirror writes on the mirror's Endpoints, and kube-controller-manager
+				// copies onto its slices.
+				sliceAnn = map[string]string{AnnotationRemoteFQName: global + ".scale.svc.cluster.local",
+					index.AnnotationGatewayIdentity: "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.linkerd.cluster.local"}
 			}
 			add(kindService, src, &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "scale", Name: name, Labels: labels, Annotations: ann, ResourceVersion: fmt.Sprint(i*100 + ci)},
 				Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
 			})
 			es := &discoveryv1.EndpointSlice{
-				ObjectMeta:  metav1.ObjectMeta{Namespace: "scale", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}, ResourceVersion: "1"},
+				ObjectMeta:  metav1.ObjectMeta{Namespace: "scale", Name: name + "-x", Labels: map[string]string{discoveryv1.LabelServiceName: name}, Annotations: sliceAnn, ResourceVersion: "1"},
 				AddressType: discoveryv1.AddressTypeIPv4,
 				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432)}},
 			}

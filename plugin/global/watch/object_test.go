@@ -203,7 +203,7 @@ func TestKeptAnnotations(t *testing.T) {
 			tr = local
 		}
 		o, _ := tr(obj)
-		if m := o.(*service).member; m == nil || !slices.Equal(m.Annotations, index.Annotations{{Key: "config.linkerd.io/opaque-ports", Value: "5432"}}) {
+		if m := o.(*service).member; m == nil || m.Settings == nil || !slices.Equal(m.Settings.Annotations, index.Annotations{{Key: "config.linkerd.io/opaque-ports", Value: "5432"}}) {
 			t.Errorf("%s Service: member %+v", name, m)
 		}
 	}
@@ -221,15 +221,30 @@ func TestKeptAnnotations(t *testing.T) {
 		index.AnnotationGatewayIdentity:                    "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.linkerd.cluster.local",
 		"endpoints.kubernetes.io/last-change-trigger-time": "2026-11-25T00:00:00Z",
 	}
+	// The remote name is kept relative to the global service's, foo.db: one copy for all a
+	// Link's mirrors.
 	want := index.Annotations{
 		{Key: index.AnnotationGatewayIdentity, Value: linkerd[index.AnnotationGatewayIdentity]},
-		{Key: index.AnnotationRemoteFQName, Value: linkerd[index.AnnotationRemoteFQName]},
+		{Key: index.AnnotationRemoteFQName, Value: "svc.cluster.local", Relative: true},
 	}
 	a, _ := mirror(sliceOf(maps.Clone(linkerd)))
 	b, _ := mirror(sliceOf(maps.Clone(linkerd)))
 	as, bs := a.(*slice).slice.Annotations, b.(*slice).slice.Annotations
-	if !slices.Equal(as, want) || &as[0] != &bs[0] {
+	if as == nil || !slices.Equal(*as, want) || as != bs {
 		t.Errorf("mirror slice annotations %v and %v, want %v, one copy", as, bs, want)
+	}
+	if got := as.Map(index.Key{Namespace: "db", Name: "foo"}); !maps.Equal(got, map[string]string{
+		index.AnnotationGatewayIdentity: linkerd[index.AnnotationGatewayIdentity],
+		index.AnnotationRemoteFQName:    linkerd[index.AnnotationRemoteFQName],
+	}) {
+		t.Errorf("written back as %v", got)
+	}
+	// A remote name of another namespace or service is kept whole.
+	for _, fq := range []string{"foo.other.svc.cluster.local", "bar.db.svc.cluster.local", "foo"} {
+		o, _ := mirror(sliceOf(map[string]string{index.AnnotationGatewayIdentity: "gw", index.AnnotationRemoteFQName: fq}))
+		if got := *o.(*slice).slice.Annotations; got[1] != (index.Annotation{Key: index.AnnotationRemoteFQName, Value: fq}) {
+			t.Errorf("%s kept as %+v", fq, got[1])
+		}
 	}
 	if o, _ := local(sliceOf(maps.Clone(linkerd))); o.(*slice).slice.Annotations != nil {
 		t.Errorf("a local slice keeps annotations: %v", o.(*slice).slice.Annotations)
@@ -241,7 +256,7 @@ func TestKeptAnnotations(t *testing.T) {
 	before := testutil.ToFloat64(telemetry.Skipped.WithLabelValues(ReasonNoGatewayIdentity))
 	for range 2 {
 		o, _ := tr(sliceOf(map[string]string{index.AnnotationRemoteFQName: "foo.db.svc.cluster.local"}))
-		if got := o.(*slice).slice.Annotations; !slices.Equal(got, want[1:]) {
+		if got := o.(*slice).slice.Annotations; got == nil || !slices.Equal(*got, want[1:]) {
 			t.Errorf("annotations %v, want %v", got, want[1:])
 		}
 	}
@@ -279,8 +294,8 @@ func TestMemberPolicy(t *testing.T) {
 				m, _ = localMember(svc, &p)
 			}
 			got := ""
-			if m.Policy != nil {
-				got = m.Policy.String()
+			if m.Settings != nil && m.Settings.Policy != nil {
+				got = m.Settings.Policy.String()
 			}
 			if got != tc.want || (tc.reason == "") != (len(p.reasons) == 0) || (tc.reason != "" && p.reasons[0] != tc.reason) {
 				t.Errorf("%q on a mirror %v: policy %q, problems %v; want %q, %q", tc.value, mirror, got, p.reasons, tc.want, tc.reason)

@@ -80,7 +80,7 @@ func desiredService(s *index.Service, name, owner string) *corev1.Service {
 		ports = slices.DeleteFunc(ports, func(p corev1.ServicePort) bool { return p.Name == "" })
 	}
 	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name, Labels: ownLabels(s.Name, owner), Annotations: annotationsOf(s.ServiceAnnotations())},
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: name, Labels: ownLabels(s.Name, owner), Annotations: s.ServiceAnnotations()},
 		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: ports},
 	}
 }

@@ -16,18 +16,6 @@ import (
 // with one linked cluster's name. The writer owns those annotations on its objects, setting and
 // removing them as the members change; other annotations of its objects it leaves as they are.
 
-// annotationsOf returns as as an object's annotations (nil for none).
-func annotationsOf(as index.Annotations) map[string]string {
-	if len(as) == 0 {
-		return nil
-	}
-	out := make(map[string]string, len(as))
-	for _, a := range as {
-		out[a.Key] = a.Value
-	}
-	return out
-}
-
 // annotationsUpToDate reports whether have and want agree on every key of keys.
 func annotationsUpToDate(have, want map[string]string, keys []string) bool {
 	for _, k := range keys {
@@ -66,6 +54,6 @@ func meshOf(s *index.Service, local string) meshFunc {
 		if cluster == local {
 			return nil
 		}
-		return annotationsOf(s.SliceAnnotations(cluster))
+		return s.SliceAnnotations(cluster)
 	}
 }

@@ -22,11 +22,11 @@ func TestReconcilerCarriesMeshConfig(t *testing.T) {
 	src := indextest.New()
 	localSlice := indextest.Slice(ports, indextest.Endpoint("foo-0", "10.0.0.1"))
 	local := src.Add(k, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: ports},
-		Annotations: index.Annotations{{Key: index.AnnotationOpaquePorts, Value: "5432"}}}, localSlice)
+		Settings: &index.Settings{Annotations: index.Annotations{{Key: index.AnnotationOpaquePorts, Value: "5432"}}}}, localSlice)
 	west := src.Add(k, &index.Member{Namespace: "db", Name: "foo-west", Origin: index.Origin{Cluster: "west", Ports: ports}})
 	remote := func(identity string) *index.Slice {
 		sl := indextest.Slice(ports, indextest.Endpoint("foo-0", "10.96.0.1"))
-		sl.Annotations = index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: identity}, {Key: index.AnnotationRemoteFQName, Value: "foo.db.svc.cluster.local"}}
+		sl.Annotations = &index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: identity}, {Key: index.AnnotationRemoteFQName, Value: "foo.db.svc.cluster.local"}}
 		return sl
 	}
 	src.SetSlices(west, remote("gateway.west"))

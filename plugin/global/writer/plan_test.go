@@ -367,7 +367,7 @@ func (b *bigService) endpoint(m *index.Member, v6 bool) index.Endpoint {
 // annotate gives a mirror's slices Linkerd's annotations, with that gateway identity.
 func (b *bigService) annotate(sls []*index.Slice, identity string) {
 	for _, sl := range sls {
-		sl.Annotations = index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: identity}, {Key: index.AnnotationRemoteFQName, Value: "big.db.svc.cluster.local"}}
+		sl.Annotations = &index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: identity}, {Key: index.AnnotationRemoteFQName, Value: "big.db.svc.cluster.local"}}
 	}
 }
 
