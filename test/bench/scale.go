@@ -515,7 +515,7 @@ func loadScale(ctx context.Context, cp *harness.ControlPlane, c kubernetes.Inter
 			if ci > 0 && podMirrors {
 				addrs = ips[i][(ci-1)*scaleEndpoints : ci*scaleEndpoints]
 			}
-			if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, scaleSlice(i, ci, addrs), metav1.CreateOptions{}); err != nil {
+			if _, err := c.DiscoveryV1().EndpointSlices(ns).Create(ctx, scaleSlice(ns, i, ci, addrs), metav1.CreateOptions{}); err != nil {
 				return err
 			}
 			if ci == 0 || !podMirrors {
@@ -624,15 +624,23 @@ func scaleAddr(i, ci, e int) string {
 	return fmt.Sprintf("10.%d.%d.%d", 200+ci*scaleEndpoints+e, i/256, i%256)
 }
 
-// scaleSlice is the EndpointSlice of member ci of global service i, as the mirroring controller
-// writes a mirror's: its addresses are addrs (the per-pod mirrors' ClusterIPs), or made up when
-// addrs is nil.
-func scaleSlice(i, ci int, addrs []string) *discoveryv1.EndpointSlice {
+// scaleSlice is the EndpointSlice in ns of member ci of global service i, as the mirroring
+// controller writes a mirror's, with the annotations Linkerd puts on the mirror's Endpoints (see
+// harness.Mirror): its addresses are addrs (the per-pod mirrors' ClusterIPs), or made up when addrs
+// is nil.
+func scaleSlice(ns string, i, ci int, addrs []string) *discoveryv1.EndpointSlice {
 	global, name := scaleNames(i, ci)
 	labels := scaleLabels(ci)
 	labels[discoveryv1.LabelServiceName], labels[discoveryv1.LabelManagedBy] = name, "bench"
+	var annotations map[string]string
+	if ci > 0 {
+		annotations = map[string]string{
+			harness.AnnotationRemoteSvcFqName:       global + "." + ns + ".svc.cluster.local",
+			harness.AnnotationRemoteGatewayIdentity: harness.GatewayIdentity,
+		}
+	}
 	es := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: name + "-x", Labels: labels},
+		ObjectMeta:  metav1.ObjectMeta{Name: name + "-x", Labels: labels, Annotations: annotations},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432)}},
 	}
