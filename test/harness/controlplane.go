@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/csv"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -69,6 +70,7 @@ type ControlPlane struct {
 	ownsDir    bool
 	adminToken string
 	apiPort    int
+	etcdURL    string // client URL, for CompactEtcd
 	apiBin     string
 	apiArgs    []string
 	procs      []*process // in start order: etcd, kube-apiserver, kube-controller-manager
@@ -193,6 +195,7 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 		return fmt.Errorf("clean etcd data dir: %w", err)
 	}
 	clientURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	cp.etcdURL = clientURL
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
 	etcd, err := startProcess("etcd", cp.Dir, cp.out, nil, etcdBin,
 		"--data-dir="+etcdData,
@@ -303,6 +306,48 @@ func (cp *ControlPlane) StopAPIServer() {
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	_, err := cp.startAPIServer(ctx)
 	return err
+}
+
+// CompactEtcd compacts etcd's history up to its current revision, as kube-apiserver's own
+// compactor does every few minutes, and returns that revision. A watch resumed from an older
+// resourceVersion by a fresh kube-apiserver (whose watch cache starts at the current revision)
+// is then refused as "too old resource version", and its client must relist. It speaks etcd's
+// gRPC gateway (JSON over HTTP), which etcd serves on the client URL by default.
+func (cp *ControlPlane) CompactEtcd(ctx context.Context) (int64, error) {
+	var rng struct {
+		Header struct {
+			Revision int64 `json:"revision,string"`
+		} `json:"header"`
+	}
+	if err := cp.etcdCall(ctx, "/v3/kv/range", `{"key":"AA=="}`, &rng); err != nil {
+		return 0, err
+	}
+	rev := rng.Header.Revision
+	if rev == 0 {
+		return 0, fmt.Errorf("etcd: no revision in the range response")
+	}
+	body := fmt.Sprintf(`{"revision":"%d","physical":true}`, rev)
+	return rev, cp.etcdCall(ctx, "/v3/kv/compaction", body, nil)
+}
+
+func (cp *ControlPlane) etcdCall(ctx context.Context, path, body string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cp.etcdURL+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd %s: %s %s %v", path, resp.Status, data, err)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
 }
 
 // writeClients writes the admin kubeconfig and builds Config and Client.

@@ -695,32 +695,51 @@ func CreateStatefulSet(ctx context.Context, c kubernetes.Interface, s StatefulSe
 	if _, err := c.CoreV1().Services(s.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create service %s/%s: %w", s.Namespace, s.Service, err)
 	}
+	for _, p := range s.Pods {
+		if err := CreatePod(ctx, c, s, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreatePod creates one more pod of StatefulSet s (whose Service exists) and writes its status
+// as a kubelet would. Only s's Namespace, Service and Ports are read.
+func CreatePod(ctx context.Context, c kubernetes.Interface, s StatefulSet, p Pod) error {
 	var containerPorts []corev1.ContainerPort
 	for _, p := range s.Ports {
 		containerPorts = append(containerPorts, corev1.ContainerPort{Name: p.Name, ContainerPort: p.target(), Protocol: p.protocol()})
 	}
-	for _, p := range s.Pods {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.Namespace, Labels: selector},
-			Spec: corev1.PodSpec{
-				NodeName:  p.Node,
-				Hostname:  p.Name,
-				Subdomain: s.Service,
-				Containers: []corev1.Container{{
-					Name:  "app",
-					Image: "registry.invalid/app:test", // never pulled: no kubelet
-					Ports: containerPorts,
-				}},
-			},
-		}
-		created, err := c.CoreV1().Pods(s.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("create pod %s/%s: %w", s.Namespace, p.Name, err)
-		}
-		setPodStatus(created, p)
-		if _, err := c.CoreV1().Pods(s.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update pod %s/%s status: %w", s.Namespace, p.Name, err)
-		}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: s.Namespace, Labels: map[string]string{"app": s.Service}},
+		Spec: corev1.PodSpec{
+			NodeName:  p.Node,
+			Hostname:  p.Name,
+			Subdomain: s.Service,
+			Containers: []corev1.Container{{
+				Name:  "app",
+				Image: "registry.invalid/app:test", // never pulled: no kubelet
+				Ports: containerPorts,
+			}},
+		},
+	}
+	created, err := c.CoreV1().Pods(s.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create pod %s/%s: %w", s.Namespace, p.Name, err)
+	}
+	setPodStatus(created, p)
+	if _, err := c.CoreV1().Pods(s.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update pod %s/%s status: %w", s.Namespace, p.Name, err)
+	}
+	return nil
+}
+
+// DeletePod deletes a pod at once (grace period 0), as a kubelet would confirm it gone: no
+// kubelet runs here to end a graceful deletion.
+func DeletePod(ctx context.Context, c kubernetes.Interface, namespace, pod string) error {
+	err := c.CoreV1().Pods(namespace).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pod %s/%s: %w", namespace, pod, err)
 	}
 	return nil
 }

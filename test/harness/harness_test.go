@@ -34,6 +34,44 @@ func TestControlPlane(t *testing.T) {
 	t.Run("NegativeMirrors", func(t *testing.T) { testNegativeMirrors(t, cp) })
 	t.Run("Kubeconfig", func(t *testing.T) { testKubeconfig(t, cp) })
 	t.Run("CoreDNS", func(t *testing.T) { testCoreDNS(t, cp) })
+	t.Run("CompactEtcd", func(t *testing.T) { testCompactEtcd(t, cp) })
+}
+
+// testCompactEtcd checks that compaction is real: etcd refuses a read at a revision from before
+// it, and a watch from there, once kube-apiserver restarts, is refused as too old (an informer's
+// cue to relist). (kube-apiserver's watch cache may still serve a list at that revision.)
+func testCompactEtcd(t *testing.T, cp *ControlPlane) {
+	ctx := timeout(t, 2*time.Minute)
+	c := cp.Client.CoreV1().ConfigMaps("default")
+	cm, err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "compacted"}}, metav1.CreateOptions{})
+	must(t, err)
+	old := cm.ResourceVersion
+	cm.Data = map[string]string{"k": "v"}
+	_, err = c.Update(ctx, cm, metav1.UpdateOptions{})
+	must(t, err)
+	readAt := fmt.Sprintf(`{"key":"AA==","revision":"%s"}`, old)
+	must(t, cp.etcdCall(ctx, "/v3/kv/range", readAt, nil))
+	rev, err := cp.CompactEtcd(ctx)
+	must(t, err)
+	if err := cp.etcdCall(ctx, "/v3/kv/range", readAt, nil); err == nil || !strings.Contains(err.Error(), "compacted") {
+		t.Errorf("after compaction to %d, a read at %s: %v, want compacted", rev, old, err)
+	}
+	cp.StopAPIServer()
+	must(t, cp.StartAPIServer(ctx))
+	w, err := c.Watch(ctx, metav1.ListOptions{ResourceVersion: old})
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return
+	}
+	must(t, err)
+	defer w.Stop()
+	select {
+	case e := <-w.ResultChan():
+		if st, ok := e.Object.(*metav1.Status); !ok || st.Code != http.StatusGone {
+			t.Errorf("a watch from %s after the restart: %s %v, want 410 Gone", old, e.Type, e.Object)
+		}
+	case <-ctx.Done():
+		t.Error("a watch from before the compaction got no event")
+	}
 }
 
 func timeout(t *testing.T, d time.Duration) context.Context {
