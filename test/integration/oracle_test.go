@@ -1,0 +1,384 @@
+package integration
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The oracle: what every replica must answer and what the writer must have written, computed
+// from the API's current objects alone, by the rules of the plugin's README (Description,
+// Names, Linked cluster liveness, EndpointSlices), as plainly as they can be written. It shares
+// no code with index/ or writer/ on purpose: a bug there must not be copied here.
+
+// oracleRecord is one member endpoint.
+type oracleRecord struct {
+	cluster, host, addr string
+	ready               bool
+	ports               map[string]int32 // named port -> the port an SRV record gives
+}
+
+// oracleService is a global service: <svc> in <ns> with at least one member.
+type oracleService struct {
+	ns, svc string
+	records []oracleRecord
+}
+
+func (s *oracleService) name() string { return s.svc + "." + s.ns + ".global." }
+
+func (s *oracleService) ready() []oracleRecord {
+	var out []oracleRecord
+	for _, r := range s.records {
+		if r.ready {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// oracle computes the global services of namespaces from the API.
+func oracle(ctx context.Context, c kubernetes.Interface, namespaces []string) (map[string]*oracleService, error) {
+	out := map[string]*oracleService{}
+	for _, ns := range namespaces {
+		svcs, err := c.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		sls, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		slicesOf := map[string][]discoveryv1.EndpointSlice{}
+		for _, s := range sls.Items {
+			name := s.Labels[discoveryv1.LabelServiceName]
+			slicesOf[name] = append(slicesOf[name], s)
+		}
+		// A per-pod mirror is ready while its slices have a ready endpoint (the gateway alive).
+		podMirrorReady := map[string]bool{}
+		for _, s := range svcs.Items {
+			if s.Labels[harness.LabelHeadlessMirrorSvcName] != "" && s.Spec.ClusterIP != corev1.ClusterIPNone {
+				ready := false
+				for _, sl := range slicesOf[s.Name] {
+					for _, e := range sl.Endpoints {
+						ready = ready || isReady(e)
+					}
+				}
+				podMirrorReady[s.Spec.ClusterIP] = ready
+			}
+		}
+		for _, s := range svcs.Items {
+			if s.Spec.ClusterIP != corev1.ClusterIPNone || s.DeletionTimestamp != nil {
+				continue
+			}
+			var name, cluster string
+			switch {
+			case s.Labels[harness.LabelMirroredService] == "true" && s.Labels[harness.LabelClusterName] != "":
+				if s.Labels[harness.LabelHeadlessMirrorSvcName] != "" {
+					continue
+				}
+				cluster = s.Labels[harness.LabelClusterName]
+				name, _, _ = strings.Cut(s.Annotations[harness.AnnotationRemoteSvcFqName], ".")
+				if name == "" {
+					name = strings.TrimSuffix(s.Name, "-"+cluster)
+				}
+			case s.Labels[harness.LabelExported] == "true":
+				name, cluster = s.Name, "east"
+			default:
+				continue
+			}
+			key := ns + "/" + name
+			if out[key] == nil {
+				out[key] = &oracleService{ns: ns, svc: name}
+			}
+			for _, sl := range slicesOf[s.Name] {
+				out[key].records = append(out[key].records, sliceRecords(s, sl, cluster, podMirrorReady)...)
+			}
+		}
+	}
+	return out, nil
+}
+
+// sliceRecords are the records of one member slice.
+func sliceRecords(svc corev1.Service, sl discoveryv1.EndpointSlice, cluster string, podMirrorReady map[string]bool) []oracleRecord {
+	local := cluster == "east"
+	ports := map[string]int32{}
+	for _, p := range sl.Ports {
+		if p.Name == nil || *p.Name == "" || p.Port == nil {
+			continue
+		}
+		if local {
+			ports[*p.Name] = *p.Port
+			continue
+		}
+		for _, sp := range svc.Spec.Ports { // a mirror's SRV port is its Service's, by name
+			if sp.Name == *p.Name {
+				ports[*p.Name] = sp.Port
+			}
+		}
+	}
+	var out []oracleRecord
+	for _, e := range sl.Endpoints {
+		if len(e.Addresses) == 0 || e.Conditions.Terminating != nil && *e.Conditions.Terminating {
+			continue
+		}
+		r := oracleRecord{cluster: cluster, addr: e.Addresses[0], ready: isReady(e), ports: ports}
+		switch {
+		case e.Hostname != nil && *e.Hostname != "":
+			r.host = *e.Hostname
+		case !local:
+			continue // the gateway's address of an edited remote Service: not a peer
+		default:
+			r.host = strings.NewReplacer(".", "-", ":", "-").Replace(r.addr)
+		}
+		if ready, ok := podMirrorReady[r.addr]; ok && !local {
+			r.ready = ready
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func isReady(e discoveryv1.Endpoint) bool { return e.Conditions.Ready == nil || *e.Conditions.Ready }
+
+// checkAnswers compares a replica's answers with the oracle's: A and SRV of every global service,
+// of each cluster's name and of each pod's, NXDOMAIN for the names (in gone) of services without
+// a ready record and of pods that are not ready, and the explanation's counts.
+func checkAnswers(c *harness.CoreDNS, proto string, want map[string]*oracleService, gone []string) error {
+	for _, key := range slices.Sorted(maps.Keys(want)) {
+		s := want[key]
+		ready := s.ready()
+		if len(ready) == 0 {
+			if err := expectRcode(c, proto, s.name(), dns.RcodeNameError); err != nil {
+				return err
+			}
+			continue
+		}
+		var a, srv []string
+		clusters := map[string][]string{}
+		for _, r := range ready {
+			a = append(a, r.addr)
+			clusters[r.cluster] = append(clusters[r.cluster], r.addr)
+			for _, port := range r.ports {
+				srv = append(srv, fmt.Sprintf("%d %s.%s.%s", port, r.host, r.cluster, s.name()))
+			}
+			if err := expectSet(c, proto, r.host+"."+r.cluster+"."+s.name(), dns.TypeA, []string{r.addr}); err != nil {
+				return err
+			}
+		}
+		for _, r := range s.records {
+			if !r.ready && !slices.ContainsFunc(ready, func(o oracleRecord) bool { return o.host == r.host && o.cluster == r.cluster }) {
+				if err := expectRcode(c, proto, r.host+"."+r.cluster+"."+s.name(), dns.RcodeNameError); err != nil {
+					return err
+				}
+			}
+		}
+		if err := expectSet(c, proto, s.name(), dns.TypeA, a); err != nil {
+			return err
+		}
+		for cluster, addrs := range clusters {
+			if err := expectSet(c, proto, cluster+"."+s.name(), dns.TypeA, addrs); err != nil {
+				return err
+			}
+		}
+		if err := expectSet(c, proto, s.name(), dns.TypeSRV, srv); err != nil {
+			return err
+		}
+		counts := fmt.Sprintf("records=%d left-out=%d ", len(ready), len(s.records)-len(ready))
+		if lines, _ := explainLines(c, s.name()); len(lines) == 0 || !strings.Contains(lines[0], counts) {
+			return fmt.Errorf("dig CH TXT %s: %q, want %q", s.name(), lines, counts)
+		}
+	}
+	for _, name := range gone {
+		if s := want[name]; s == nil {
+			ns, svc, _ := strings.Cut(name, "/")
+			if err := expectRcode(c, proto, svc+"."+ns+".global.", dns.RcodeNameError); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// exchangeErr asks one question and returns the reply, or an error (never fails the test: the
+// caller polls).
+func exchangeErr(c *harness.CoreDNS, proto, qname string, qtype, class uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(qname, qtype)
+	m.Question[0].Qclass = class
+	m.SetEdns0(4096, false)
+	r, _, err := (&dns.Client{Net: proto}).Exchange(m, c.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s over %s: %w", dns.TypeToString[qtype], qname, proto, err)
+	}
+	return r, nil
+}
+
+func expectRcode(c *harness.CoreDNS, proto, qname string, rcode int) error {
+	r, err := exchangeErr(c, proto, qname, dns.TypeA, dns.ClassINET)
+	if err != nil {
+		return err
+	}
+	if r.Rcode != rcode {
+		return fmt.Errorf("A %s over %s: %s %v, want %s", qname, proto, dns.RcodeToString[r.Rcode], render(r.Answer), dns.RcodeToString[rcode])
+	}
+	return nil
+}
+
+// expectSet checks that qname's answer of qtype is exactly want, in any order: addresses for A,
+// "port target" for SRV.
+func expectSet(c *harness.CoreDNS, proto, qname string, qtype uint16, want []string) error {
+	r, err := exchangeErr(c, proto, qname, qtype, dns.ClassINET)
+	if err != nil {
+		return err
+	}
+	var got []string
+	for _, rr := range r.Answer {
+		switch rr := rr.(type) {
+		case *dns.A:
+			got = append(got, rr.A.String())
+		case *dns.SRV:
+			got = append(got, fmt.Sprintf("%d %s", rr.Port, rr.Target))
+		}
+	}
+	slices.Sort(got)
+	want = slices.Sorted(slices.Values(want))
+	if r.Rcode != dns.RcodeSuccess || !slices.Equal(got, want) {
+		return fmt.Errorf("%s %s over %s: %s %v, want %v", dns.TypeToString[qtype], qname, proto, dns.RcodeToString[r.Rcode], got, want)
+	}
+	return nil
+}
+
+// explainLines is the CH TXT explanation of qname over TCP (never truncated).
+func explainLines(c *harness.CoreDNS, qname string) ([]string, error) {
+	r, err := exchangeErr(c, "tcp", qname, dns.TypeTXT, dns.ClassCHAOS)
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, rr := range r.Answer {
+		if t, ok := rr.(*dns.TXT); ok {
+			lines = append(lines, strings.Join(t.Txt, ""))
+		}
+	}
+	return lines, nil
+}
+
+// checkWritten compares the written Services and slices of namespaces with the oracle's: one
+// <svc>-global Service per global service and, in its slices, every record (ready or not) of
+// every member, by cluster, address and readiness; nothing else of ours.
+func checkWritten(ctx context.Context, c kubernetes.Interface, namespaces []string, want map[string]*oracleService) error {
+	ours := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global"}
+	for _, ns := range namespaces {
+		svcs, err := c.CoreV1().Services(ns).List(ctx, ours)
+		if err != nil {
+			return err
+		}
+		var gotSvcs, wantSvcs []string
+		for _, s := range svcs.Items {
+			gotSvcs = append(gotSvcs, s.Name)
+		}
+		got := map[string][]string{}
+		wanted := map[string][]string{}
+		for _, s := range want {
+			if s.ns != ns {
+				continue
+			}
+			wantSvcs = append(wantSvcs, s.svc+"-global")
+			for _, r := range s.records {
+				wanted[s.svc+"-global"] = append(wanted[s.svc+"-global"], fmt.Sprintf("%s %s ready=%t", r.cluster, r.addr, r.ready))
+			}
+		}
+		slices.Sort(gotSvcs)
+		slices.Sort(wantSvcs)
+		if !slices.Equal(gotSvcs, wantSvcs) {
+			return fmt.Errorf("written Services in %s: %v, want %v", ns, gotSvcs, wantSvcs)
+		}
+		sls, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, ours)
+		if err != nil {
+			return err
+		}
+		for _, sl := range sls.Items {
+			svc := sl.Labels[discoveryv1.LabelServiceName]
+			for _, e := range sl.Endpoints {
+				got[svc] = append(got[svc], fmt.Sprintf("%s %s ready=%t", sl.Labels["globaldns.io/source-cluster"], e.Addresses[0], isReady(e)))
+			}
+		}
+		for _, svc := range slices.Sorted(maps.Keys(joinKeys(got, wanted))) {
+			g, w := slices.Sorted(slices.Values(got[svc])), slices.Sorted(slices.Values(wanted[svc]))
+			if !slices.Equal(g, w) {
+				return fmt.Errorf("written slices of %s/%s: %v, want %v", ns, svc, g, w)
+			}
+		}
+	}
+	return nil
+}
+
+func joinKeys(a, b map[string][]string) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+// checkNothingForeign reports an object of namespaces, not ours, that a coredns process wrote
+// (its managedFields name every writer: the plugin writes as "coredns").
+func checkNothingForeign(ctx context.Context, c kubernetes.Interface, namespaces []string) error {
+	for _, ns := range namespaces {
+		svcs, err := c.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		sls, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		eps, err := c.CoreV1().Endpoints(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var objs []metav1.Object
+		for i := range svcs.Items {
+			objs = append(objs, &svcs.Items[i])
+		}
+		for i := range sls.Items {
+			objs = append(objs, &sls.Items[i])
+		}
+		for i := range eps.Items {
+			objs = append(objs, &eps.Items[i])
+		}
+		for _, o := range objs {
+			if o.GetLabels()["app.kubernetes.io/managed-by"] == "coredns-global" {
+				continue
+			}
+			for _, f := range o.GetManagedFields() {
+				if strings.HasPrefix(f.Manager, "coredns") {
+					return fmt.Errorf("%s/%s, not ours, was written by %s (%s)", ns, o.GetName(), f.Manager, f.Operation)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// sortRecords orders records for printing.
+func sortRecords(rs []oracleRecord) []oracleRecord {
+	return slices.SortedFunc(slices.Values(rs), func(a, b oracleRecord) int {
+		return cmp.Or(cmp.Compare(a.cluster, b.cluster), netip.MustParseAddr(a.addr).Compare(netip.MustParseAddr(b.addr)))
+	})
+}
