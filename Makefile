@@ -20,7 +20,7 @@ export GLOBAL_COREDNS_BIN      := $(CURDIR)/bin/coredns
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build controlplane test unit run dig dnsperf bench vet fuzz clean help
+.PHONY: all build controlplane test unit run dig dnsperf bench soak vet fuzz clean help
 all: build
 
 help:
@@ -54,6 +54,13 @@ vet:
 
 test: build controlplane vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The soak: TestRandomHistory's history and faults without end, under about 2,000 queries a second,
+# for SOAK (a Go duration), reported into docs/soak.md. SOAKFLAGS passes more (-seed N).
+SOAK ?= 30m
+SOAKFLAGS ?=
+soak: build controlplane
+	$(GO) test -count=1 -timeout 0 ./test/integration -run '^TestSoak$$' -v -soak $(SOAK) -soak-out $(CURDIR)/docs/soak.md $(SOAKFLAGS)
 
 # Fuzzing, each target for FUZZTIME; `make test` runs their seed corpora (testdata/fuzz) too.
 FUZZTIME ?= 60s
