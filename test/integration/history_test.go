@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/globaldns/global/test/harness"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -43,9 +45,9 @@ const historyCorefile = `global:{{.Port}} {
 }
 `
 
-// TestRandomHistory plays, from a seed, a random history of what the clusters do (local pods
-// created, made ready and not, deleted; services exported and not, ports renamed; mirrors linked
-// and unlinked; remote pods changing as Linkerd's service mirror writes it; gateways down and up;
+// TestRandomHistory plays, from a seed, a random history of what the clusters do (local pods,
+// some dual-stack, created, made ready and not, deleted; services exported and not, ports renamed;
+// mirrors, some IPv6, linked and unlinked; remote pods changing as Linkerd's service mirror writes it; gateways down and up;
 // namespaces deleted), with faults between (one replica partitioned from the API server while
 // things change, etcd compacted so watches must relist, kube-apiserver restarted, a replica
 // killed, the leader stopped so the lease passes), against two bin/coredns replicas with the
@@ -317,18 +319,24 @@ func (h *history) pod(s *harness.StatefulSet) harness.Pod {
 	h.ip++
 	p := harness.Pod{Name: fmt.Sprintf("%s-%d", s.Service, h.ip), Node: "east-a",
 		IP: fmt.Sprintf("10.%d.%d.%d", 100+h.seed%100, h.ip/250, 1+h.ip%250), Ready: h.rng.IntN(3) > 0}
+	if len(s.IPFamilies) == 2 {
+		p.IPv6 = netip.MustParseAddr(fmt.Sprintf("fd00:10:%x::%x", h.seed%0xffff, h.ip)).String()
+	}
 	h.ready[s.Namespace+"/"+p.Name] = p.Ready
 	return p
 }
 
 func (h *history) createLocal(ns, svc string) (string, error) {
 	s := &harness.StatefulSet{Namespace: ns, Service: svc, Ports: dbPorts, NotExported: h.rng.IntN(5) == 0}
+	if h.rng.IntN(3) == 0 {
+		s.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	}
 	for range h.rng.IntN(3) {
 		s.Pods = append(s.Pods, h.pod(s))
 	}
 	h.locals[ns+"/"+svc] = s
 	h.exported[ns+"/"+svc] = !s.NotExported
-	return fmt.Sprintf("StatefulSet %s/%s created, exported=%t, pods %v", ns, svc, !s.NotExported, s.Pods),
+	return fmt.Sprintf("StatefulSet %s/%s created, exported=%t, families %v, pods %v", ns, svc, !s.NotExported, s.IPFamilies, s.Pods),
 		harness.CreateStatefulSet(h.ctx, h.cp.Client, *s)
 }
 
@@ -379,13 +387,13 @@ func (h *history) deleteLocal(s *harness.StatefulSet) (string, error) {
 
 func (h *history) link(ns, svc, cluster string) (string, error) {
 	m := &harness.Mirror{Namespace: ns, Service: svc, Cluster: cluster, Ports: dbPorts, Labels: map[string]string{"app": svc},
-		GatewayDown: h.down[cluster]}
+		GatewayDown: h.down[cluster], IPv6: h.rng.IntN(4) == 0}
 	for i := range h.rng.IntN(4) {
 		m.Endpoints = append(m.Endpoints, harness.RemoteEndpoint{Hostname: fmt.Sprintf("%s-%d", svc, i), Ready: h.rng.IntN(4) > 0})
 	}
 	h.mirrors[ns+"/"+svc+"/"+cluster] = m
 	_, err := harness.CreateMirror(h.ctx, h.cp.Client, *m)
-	return fmt.Sprintf("%s/%s linked from %s (gateway down=%t): %v", ns, svc, cluster, m.GatewayDown, m.Endpoints), err
+	return fmt.Sprintf("%s/%s linked from %s (gateway down=%t, IPv6=%t): %v", ns, svc, cluster, m.GatewayDown, m.IPv6, m.Endpoints), err
 }
 
 // remoteChange adds, removes or flips a remote pod, as the service mirror then writes it.

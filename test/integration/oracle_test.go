@@ -133,7 +133,11 @@ func sliceRecords(svc corev1.Service, sl discoveryv1.EndpointSlice, cluster stri
 		if len(e.Addresses) == 0 || e.Conditions.Terminating != nil && *e.Conditions.Terminating {
 			continue
 		}
-		r := oracleRecord{cluster: cluster, addr: e.Addresses[0], ready: isReady(e), ports: ports}
+		addr, err := netip.ParseAddr(e.Addresses[0])
+		if err != nil {
+			continue
+		}
+		r := oracleRecord{cluster: cluster, addr: addr.String(), ready: isReady(e), ports: ports}
 		switch {
 		case e.Hostname != nil && *e.Hostname != "":
 			r.host = *e.Hostname
@@ -152,9 +156,9 @@ func sliceRecords(svc corev1.Service, sl discoveryv1.EndpointSlice, cluster stri
 
 func isReady(e discoveryv1.Endpoint) bool { return e.Conditions.Ready == nil || *e.Conditions.Ready }
 
-// checkAnswers compares a replica's answers with the oracle's: A and SRV of every global service,
-// of each cluster's name and of each pod's, NXDOMAIN for the names (in gone) of services without
-// a ready record and of pods that are not ready, and the explanation's counts.
+// checkAnswers compares a replica's answers with the oracle's: A, AAAA and SRV of every global
+// service, of each cluster's name and of each pod's, NXDOMAIN for the names (in gone) of services
+// without a ready record and of pods that are not ready, and the explanation's counts.
 func checkAnswers(c *harness.CoreDNS, proto string, want map[string]*oracleService, gone []string) error {
 	for _, key := range slices.Sorted(maps.Keys(want)) {
 		s := want[key]
@@ -165,34 +169,38 @@ func checkAnswers(c *harness.CoreDNS, proto string, want map[string]*oracleServi
 			}
 			continue
 		}
-		var a, srv []string
-		clusters := map[string][]string{}
+		// Each name below the service with the addresses it answers; SRV targets once per pod.
+		names := map[string][]string{s.name(): nil}
+		srv := map[string]bool{}
 		for _, r := range ready {
-			a = append(a, r.addr)
-			clusters[r.cluster] = append(clusters[r.cluster], r.addr)
-			for _, port := range r.ports {
-				srv = append(srv, fmt.Sprintf("%d %s.%s.%s", port, r.host, r.cluster, s.name()))
+			for _, name := range []string{s.name(), r.cluster + "." + s.name(), r.host + "." + r.cluster + "." + s.name()} {
+				names[name] = append(names[name], r.addr)
 			}
-			if err := expectSet(c, proto, r.host+"."+r.cluster+"."+s.name(), dns.TypeA, []string{r.addr}); err != nil {
+			for _, port := range r.ports {
+				srv[fmt.Sprintf("%d %s.%s.%s", port, r.host, r.cluster, s.name())] = true
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(names)) {
+			var v4, v6 []string
+			for _, a := range names[name] {
+				if strings.Contains(a, ":") {
+					v6 = append(v6, a)
+				} else {
+					v4 = append(v4, a)
+				}
+			}
+			if err := cmp.Or(expectSet(c, proto, name, dns.TypeA, v4), expectSet(c, proto, name, dns.TypeAAAA, v6)); err != nil {
 				return err
 			}
 		}
 		for _, r := range s.records {
-			if !r.ready && !slices.ContainsFunc(ready, func(o oracleRecord) bool { return o.host == r.host && o.cluster == r.cluster }) {
-				if err := expectRcode(c, proto, r.host+"."+r.cluster+"."+s.name(), dns.RcodeNameError); err != nil {
+			if name := r.host + "." + r.cluster + "." + s.name(); names[name] == nil {
+				if err := expectRcode(c, proto, name, dns.RcodeNameError); err != nil {
 					return err
 				}
 			}
 		}
-		if err := expectSet(c, proto, s.name(), dns.TypeA, a); err != nil {
-			return err
-		}
-		for cluster, addrs := range clusters {
-			if err := expectSet(c, proto, cluster+"."+s.name(), dns.TypeA, addrs); err != nil {
-				return err
-			}
-		}
-		if err := expectSet(c, proto, s.name(), dns.TypeSRV, srv); err != nil {
+		if err := expectSet(c, proto, s.name(), dns.TypeSRV, slices.Collect(maps.Keys(srv))); err != nil {
 			return err
 		}
 		counts := fmt.Sprintf("records=%d left-out=%d ", len(ready), len(s.records)-len(ready))
@@ -236,8 +244,8 @@ func expectRcode(c *harness.CoreDNS, proto, qname string, rcode int) error {
 	return nil
 }
 
-// expectSet checks that qname's answer of qtype is exactly want, in any order: addresses for A,
-// "port target" for SRV.
+// expectSet checks that qname's answer of qtype is exactly want, in any order (none: NODATA):
+// addresses for A and AAAA, "port target" for SRV.
 func expectSet(c *harness.CoreDNS, proto, qname string, qtype uint16, want []string) error {
 	r, err := exchangeErr(c, proto, qname, qtype, dns.ClassINET)
 	if err != nil {
@@ -248,6 +256,8 @@ func expectSet(c *harness.CoreDNS, proto, qname string, qtype uint16, want []str
 		switch rr := rr.(type) {
 		case *dns.A:
 			got = append(got, rr.A.String())
+		case *dns.AAAA:
+			got = append(got, rr.AAAA.String())
 		case *dns.SRV:
 			got = append(got, fmt.Sprintf("%d %s", rr.Port, rr.Target))
 		}
@@ -312,7 +322,8 @@ func checkWritten(ctx context.Context, c kubernetes.Interface, namespaces []stri
 		for _, sl := range sls.Items {
 			svc := sl.Labels[discoveryv1.LabelServiceName]
 			for _, e := range sl.Endpoints {
-				got[svc] = append(got[svc], fmt.Sprintf("%s %s ready=%t", sl.Labels["globaldns.io/source-cluster"], e.Addresses[0], isReady(e)))
+				addr, _ := netip.ParseAddr(e.Addresses[0])
+				got[svc] = append(got[svc], fmt.Sprintf("%s %s ready=%t", sl.Labels["globaldns.io/source-cluster"], addr, isReady(e)))
 			}
 		}
 		for _, svc := range slices.Sorted(maps.Keys(joinKeys(got, wanted))) {
