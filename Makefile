@@ -55,7 +55,7 @@ vet:
 test: build controlplane vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-# The soak: TestRandomHistory's history and faults without end, under about 2,000 queries a second,
+# The soak: TestRandomHistory's history and faults, one after another, under about 2,000 queries a second,
 # for SOAK (a Go duration), reported into docs/soak.md. SOAKFLAGS passes more (-seed N).
 SOAK ?= 30m
 SOAKFLAGS ?=

@@ -40,7 +40,7 @@ const (
 	soakEvery    = 10 * time.Second
 )
 
-// TestSoak runs TestRandomHistory's history and faults without end (for -soak), under load,
+// TestSoak runs TestRandomHistory's history and faults for as long as -soak says, under load,
 // and samples each replica's resources: it reports growth after a warm-up, failed queries,
 // the steps that did not converge and the API writes per change. Replica 0 is never replaced,
 // so its series spans the run.
@@ -295,7 +295,7 @@ func soakReport(seed int64, elapsed time.Duration, steps int, h *history, sent, 
 	warmup := min(5*time.Minute, elapsed/4).Round(time.Second)
 	fmt.Fprintf(&b, "# Soak\n\nOne run of `make soak` (`go test ./test/integration -run '^TestSoak$' -soak %s`, seed %d), %s, on %s.\n\n",
 		soakFor.String(), seed, time.Now().UTC().Format("2006-01-02"), machine())
-	fmt.Fprintf(&b, "TestRandomHistory's random history and faults without end against two bin/coredns replicas (writer on), checked against its oracle after every step, under about %d queries a second (A, UDP and TCP, to one replica and to the other when the first does not answer or fails), with each replica's resident set, Go heap in use, goroutines and open descriptors sampled every %s. Replica 0 is never replaced; replica 1 is killed or stopped by the faults. Growth is the least-squares slope over each process's samples after its first %s (the warm-up); the goroutines are mostly the reflectors of the %d namespaces the Corefile lists.\n\n",
+	fmt.Fprintf(&b, "TestRandomHistory's random history and faults, one step after another, against two bin/coredns replicas (writer on), checked against its oracle after every step, under about %d queries a second (A, UDP and TCP, to one replica and to the other when the first does not answer or fails), with each replica's resident set, Go heap in use, goroutines and open descriptors sampled every %s. Replica 0 is never replaced; replica 1 is killed or stopped by the faults. Growth is the least-squares slope over each process's samples after its first %s (the warm-up); the goroutines are mostly the reflectors of the %d namespaces the Corefile lists.\n\n",
 		int(time.Second/soakInterval)*soakWorkers, soakEvery, warmup, len(h.namespaces))
 	fmt.Fprintf(&b, "| | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| Steps | %d (%d cluster changes, the rest faults) |\n", steps, h.changes)
