@@ -173,7 +173,8 @@ func scale(ctx context.Context, cp *harness.ControlPlane, o options, r *report) 
 		if err != nil || merr != nil {
 			return failed(fmt.Errorf("%v %v", err, merr))
 		}
-		r.heap, r.rss = m["go_memstats_heap_inuse_bytes"], rssBytes(d.PID())
+		r.heap = m["go_memstats_heap_inuse_bytes"]
+		r.rss, _ = d.RSS()
 		return r, nil
 	}
 	summarize := func(rs []result, base result, records int) summary {
@@ -690,17 +691,6 @@ func scalePodMirrorSlice(i, ci, e int) *discoveryv1.EndpointSlice {
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{harness.GatewayIP},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 	}
-}
-
-// rssBytes reads a process's resident set size.
-func rssBytes(pid int) float64 {
-	for _, l := range strings.Split(readFile(fmt.Sprintf("/proc/%d/status", pid)), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb * 1024
-		}
-	}
-	return 0
 }
 
 // micro runs the Go micro-benchmarks of the query path and of an index update, and the

@@ -289,6 +289,9 @@ func (c *CoreDNS) PID() int { return c.proc.cmd.Process.Pid }
 // CPUTime returns the CPU time (user and system) coredns has used so far, read from /proc.
 func (c *CoreDNS) CPUTime() (time.Duration, bool) { return c.proc.cpuTime() }
 
+// RSS returns the process's resident set size in bytes; false when it cannot be read.
+func (c *CoreDNS) RSS() (float64, bool) { return c.proc.rss() }
+
 // Signal sends sig to the coredns process (e.g. SIGUSR1 to reload).
 func (c *CoreDNS) Signal(sig os.Signal) error {
 	if err := c.proc.cmd.Process.Signal(sig); err != nil {

@@ -72,6 +72,21 @@ func startProcess(name, dir string, out io.Writer, env []string, bin string, arg
 }
 
 // cpuTime is the CPU time (user and system) the process has used, from /proc/<pid>/stat.
+// rss returns the process's resident set size in bytes, from /proc.
+func (p *process) rss() (float64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseFloat(f[1], 64)
+			return kb * 1024, err == nil
+		}
+	}
+	return 0, false
+}
+
 func (p *process) cpuTime() (time.Duration, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
 	if err != nil {

@@ -223,16 +223,11 @@ type soakSample struct {
 // goroutines from its metrics.
 func sampleProcess(c *harness.CoreDNS, at time.Duration) (soakSample, bool) {
 	s := soakSample{at: at}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.PID()))
-	if err != nil {
+	rss, ok := c.RSS()
+	if !ok {
 		return s, false
 	}
-	for _, l := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			s.rss = kb * 1024
-		}
-	}
+	s.rss = rss
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", c.PID()))
 	if err != nil {
 		return s, false
