@@ -309,7 +309,8 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 }
 
 // CompactEtcd compacts etcd's history up to its current revision, as kube-apiserver's own
-// compactor does every few minutes, and returns that revision. A watch resumed from an older
+// compactor does every --etcd-compaction-interval, 5 minutes by default (kubernetes
+// staging/src/k8s.io/apiserver/pkg/storage/etcd3/compact.go), and returns that revision. A watch resumed from an older
 // resourceVersion by a fresh kube-apiserver (whose watch cache starts at the current revision)
 // is then refused as "too old resource version", and its client must relist. It speaks etcd's
 // gRPC gateway (JSON over HTTP), which etcd serves on the client URL by default.

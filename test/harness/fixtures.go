@@ -703,8 +703,10 @@ func CreateStatefulSet(ctx context.Context, c kubernetes.Interface, s StatefulSe
 	return nil
 }
 
-// CreatePod creates one more pod of StatefulSet s (whose Service exists) and writes its status
-// as a kubelet would. Only s's Namespace, Service and Ports are read.
+// CreatePod creates one more pod of StatefulSet s (whose Service exists) with the identity the
+// StatefulSet controller gives it (kubernetes pkg/controller/statefulset/stateful_set_utils.go
+// initIdentity: hostname the pod's name, subdomain the governing Service), and writes its
+// status as a kubelet would (setPodStatus). Only s's Namespace, Service and Ports are read.
 func CreatePod(ctx context.Context, c kubernetes.Interface, s StatefulSet, p Pod) error {
 	var containerPorts []corev1.ContainerPort
 	for _, p := range s.Ports {
@@ -734,7 +736,8 @@ func CreatePod(ctx context.Context, c kubernetes.Interface, s StatefulSet, p Pod
 	return nil
 }
 
-// DeletePod deletes a pod at once (grace period 0), as a kubelet would confirm it gone: no
+// DeletePod deletes a pod at once (grace period 0), as the kubelet's status manager does once
+// the pod's containers are gone (kubernetes pkg/kubelet/status/status_manager.go syncPod): no
 // kubelet runs here to end a graceful deletion.
 func DeletePod(ctx context.Context, c kubernetes.Interface, namespace, pod string) error {
 	err := c.CoreV1().Pods(namespace).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
@@ -744,7 +747,9 @@ func DeletePod(ctx context.Context, c kubernetes.Interface, namespace, pod strin
 	return nil
 }
 
-// setPodStatus writes the status a kubelet reports for a running pod.
+// setPodStatus writes the status a kubelet reports for a running pod (kubernetes
+// pkg/kubelet/kubelet_pods.go generateAPIPodStatus; the conditions of
+// pkg/kubelet/status/generate.go).
 func setPodStatus(pod *corev1.Pod, p Pod) {
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning

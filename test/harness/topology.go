@@ -70,7 +70,8 @@ func (cp *ControlPlane) InstallTopologyCRDs(ctx context.Context) error {
 }
 
 // ApplyLink creates or updates the Link that links cluster, in namespace, with labels (Linkerd's
-// `linkerd multicluster link --cluster-name <cluster>` names it after the cluster).
+// `linkerd multicluster link --cluster-name <cluster>`, linkerd2 multicluster/cmd/link.go, names
+// it after the cluster and sets spec.targetClusterName to it).
 func ApplyLink(ctx context.Context, dyn dynamic.Interface, namespace, cluster string, labels map[string]string) error {
 	return apply(ctx, dyn.Resource(LinkResource).Namespace(namespace), &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "multicluster.linkerd.io/v1alpha3", "kind": "Link",

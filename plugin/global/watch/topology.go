@@ -244,9 +244,9 @@ func (t *Topology) inform(ctx context.Context, synced func(), inf cache.SharedIn
 	<-ctx.Done()
 }
 
-// updated calls changed unless old and new, two versions of one object, have the same locality
-// labels and, for a Link or a ClusterProperty, the same spec: a Node's metadata changes with every
-// status update.
+// updated calls changed unless old and new are two versions of one Node with the same locality
+// labels: a Node's metadata changes with every status update. A Link or the ClusterProperty is
+// read again at every update: they change rarely.
 func (t *Topology) updated(old, new any, changed func()) {
 	if o, ok := old.(*metav1.PartialObjectMetadata); ok {
 		if maps.Equal(t.localities(o.Labels), t.localities(new.(*metav1.PartialObjectMetadata).Labels)) {
