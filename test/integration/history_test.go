@@ -103,9 +103,7 @@ type history struct {
 	live       []string // those that exist
 	next       int      // index in namespaces of the next one to create
 	seen       map[string]bool
-	locals     map[string]*harness.StatefulSet // ns/svc -> the local StatefulSet and its live pods
-	ready      map[string]bool                 // ns/pod -> ready
-	exported   map[string]bool                 // ns/svc -> exported
+	locals     map[string]*harness.StatefulSet // ns/svc -> the local StatefulSet and its live pods, as they are
 	mirrors    map[string]*harness.Mirror      // ns/svc/cluster
 	down       map[string]bool                 // cluster -> gateway down
 }
@@ -119,8 +117,8 @@ var (
 // at a time; each namespace deletion uses up one).
 func newHistory(t *testing.T, cp *harness.ControlPlane, seed int64, namespaces int, soak bool) *history {
 	h := &history{t: t, cp: cp, ctx: context.Background(), seed: seed, rng: rand.New(rand.NewPCG(uint64(seed), 0x9e3779b9)),
-		seen: map[string]bool{}, locals: map[string]*harness.StatefulSet{}, ready: map[string]bool{},
-		exported: map[string]bool{}, mirrors: map[string]*harness.Mirror{}, down: map[string]bool{}, soak: soak}
+		seen: map[string]bool{}, locals: map[string]*harness.StatefulSet{},
+		mirrors: map[string]*harness.Mirror{}, down: map[string]bool{}, soak: soak}
 	for i := range namespaces {
 		h.namespaces = append(h.namespaces, fmt.Sprintf("h%d-%d", seed, i))
 	}
@@ -251,10 +249,10 @@ func (h *history) change() string {
 			if local == nil || len(local.Pods) == 0 {
 				continue
 			}
-			p := local.Pods[h.rng.IntN(len(local.Pods))]
-			h.ready[ns+"/"+p.Name] = !h.ready[ns+"/"+p.Name]
-			what = fmt.Sprintf("pod %s/%s ready=%t", ns, p.Name, h.ready[ns+"/"+p.Name])
-			err = harness.SetPodReady(h.ctx, h.cp.Client, ns, p.Name, h.ready[ns+"/"+p.Name])
+			p := &local.Pods[h.rng.IntN(len(local.Pods))]
+			p.Ready = !p.Ready
+			what = fmt.Sprintf("pod %s/%s ready=%t", ns, p.Name, p.Ready)
+			err = harness.SetPodReady(h.ctx, h.cp.Client, ns, p.Name, p.Ready)
 		case 5:
 			if local == nil || len(local.Pods) == 0 {
 				continue
@@ -322,7 +320,6 @@ func (h *history) pod(s *harness.StatefulSet) harness.Pod {
 	if len(s.IPFamilies) == 2 {
 		p.IPv6 = netip.MustParseAddr(fmt.Sprintf("fd00:10:%x::%x", h.seed%0xffff, h.ip)).String()
 	}
-	h.ready[s.Namespace+"/"+p.Name] = p.Ready
 	return p
 }
 
@@ -335,7 +332,6 @@ func (h *history) createLocal(ns, svc string) (string, error) {
 		s.Pods = append(s.Pods, h.pod(s))
 	}
 	h.locals[ns+"/"+svc] = s
-	h.exported[ns+"/"+svc] = !s.NotExported
 	return fmt.Sprintf("StatefulSet %s/%s created, exported=%t, families %v, pods %v", ns, svc, !s.NotExported, s.IPFamilies, s.Pods),
 		harness.CreateStatefulSet(h.ctx, h.cp.Client, *s)
 }
@@ -353,7 +349,7 @@ func (h *history) editLocal(s *harness.StatefulSet) (string, error) {
 	if rename {
 		s.Ports = renamed(s.Ports)
 	} else {
-		h.exported[key] = !h.exported[key]
+		s.NotExported = !s.NotExported
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		svc, err := h.cp.Client.CoreV1().Services(s.Namespace).Get(h.ctx, s.Service, metav1.GetOptions{})
@@ -362,7 +358,7 @@ func (h *history) editLocal(s *harness.StatefulSet) (string, error) {
 		}
 		if rename {
 			svc.Spec.Ports[0].Name = s.Ports[0].Name
-		} else if h.exported[key] {
+		} else if !s.NotExported {
 			svc.Labels = map[string]string{harness.LabelExported: "true"}
 		} else {
 			delete(svc.Labels, harness.LabelExported)
@@ -373,7 +369,7 @@ func (h *history) editLocal(s *harness.StatefulSet) (string, error) {
 	if rename {
 		return fmt.Sprintf("Service %s port renamed %s", key, s.Ports[0].Name), err
 	}
-	return fmt.Sprintf("Service %s exported=%t", key, h.exported[key]), err
+	return fmt.Sprintf("Service %s exported=%t", key, !s.NotExported), err
 }
 
 func (h *history) deleteLocal(s *harness.StatefulSet) (string, error) {
@@ -508,7 +504,10 @@ func (h *history) fault() string {
 	default:
 		i := slices.IndexFunc(h.replicaList(), func(c *harness.CoreDNS) bool { return metric(h.t, c, "coredns_global_leader") == "1" })
 		what := fmt.Sprintf("the leader, replica %d, stopped and replaced", i)
-		if i < 0 || h.soak && i != 1 {
+		switch {
+		case i < 0:
+			i, what = 1, "replica 1 stopped and replaced, no replica leading"
+		case h.soak && i != 1:
 			i, what = 1, "replica 1, not the leader, stopped and replaced"
 		}
 		h.replace(i, false) // SIGTERM: a leader releases the lease on the way out
