@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
 
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/request"
@@ -135,21 +136,40 @@ func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot,
 	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
 	case n.kind == kindSRV: // and not an SRV question: NODATA
 	case qtype == dns.TypeA:
-		m.Answer = g.addrs(owner, pol.Keep(view.A))
+		m.Answer = g.addrs(owner, counted(pol.Keep(view.A)))
 	case qtype == dns.TypeAAAA:
-		m.Answer = g.addrs(owner, pol.Keep(view.AAAA))
+		m.Answer = g.addrs(owner, counted(pol.Keep(view.AAAA)))
 	case qtype == dns.TypeSRV:
 		m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, "", "", pol)
 	case qtype == dns.TypeANY:
 		// RFC 8482: a subset is a fine answer to ANY; the addresses are what a client wants.
-		m.Answer = append(g.addrs(owner, pol.Keep(view.A)), g.addrs(owner, pol.Keep(view.AAAA))...)
+		a, aaaa := pol.Keep(view.A), pol.Keep(view.AAAA)
+		if len(a) == 0 || len(aaaa) > 0 && aaaa[0].Tier < a[0].Tier {
+			counted(aaaa)
+		} else {
+			counted(a)
+		}
+		m.Answer = append(g.addrs(owner, a), g.addrs(owner, aaaa)...)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
-	} else if pol.Nearest > 0 {
+		return true
+	}
+	if srv, ok := m.Answer[0].(*dns.SRV); ok { // targets come in tier order; Priority is the tier
+		telemetry.Answered(uint8(srv.Priority))
+	}
+	if pol.Nearest > 0 {
 		failedOver(svc, n)
 	}
 	return true
+}
+
+// counted counts an answer of rs (in tier order) by its nearest record's tier, and returns rs.
+func counted(rs []index.Record) []index.Record {
+	if len(rs) > 0 {
+		telemetry.Answered(rs[0].Tier)
+	}
+	return rs
 }
 
 // find returns the global service name n refers to (nil when there is none) and the view of it

@@ -148,3 +148,36 @@ func TestParsePolicies(t *testing.T) {
 		}
 	}
 }
+
+// Every answer with records is counted by the tier of its nearest record; NXDOMAIN and NODATA are not.
+func TestAnswersByTier(t *testing.T) {
+	g := newGlobal(t, source())
+	count := func() (c [4]float64) {
+		for i := range c {
+			c[i] = testutil.ToFloat64(telemetry.Answers.WithLabelValues(string(rune('0' + i))))
+		}
+		return c
+	}
+	before := count()
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+	}{
+		{"foo.db.global.", dns.TypeA},                      // east: 0
+		{"foo.db.global.", dns.TypeANY},                    // east: 0
+		{"foo.db.global.", dns.TypeAAAA},                   // only west (same zone) has one: 1
+		{"_metrics._tcp.foo.db.global.", dns.TypeSRV},      // only west has the port: 1
+		{"north.foo.db.global.", dns.TypeA},                // same region: 2
+		{"north.foo.db.global.", dns.TypeAAAA},             // NODATA
+		{"empty.db.global.", dns.TypeA},                    // NXDOMAIN
+		{"_db._tcp.foo-0.north.foo.db.global.", dns.TypeA}, // NXDOMAIN
+	} {
+		query(t, g, q.name, q.qtype)
+	}
+	after := count()
+	for i, want := range []float64{2, 2, 1, 0} {
+		if got := after[i] - before[i]; got != want {
+			t.Errorf("tier %d: %v answers, want %v", i, got, want)
+		}
+	}
+}

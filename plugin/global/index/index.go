@@ -162,12 +162,14 @@ type Index struct {
 	src  Source
 	snap atomic.Pointer[Snapshot]
 
-	mu      sync.Mutex
-	dirty   map[Key]time.Time // first unpublished event per key
-	started bool              // the watcher has delivered the initial state
-	wake    chan struct{}
-	ready   atomic.Bool
-	synced  chan struct{} // closed when ready turns true
+	mu       sync.Mutex
+	dirty    map[Key]time.Time // first unpublished event per key
+	pending  time.Time         // the oldest event in dirty
+	inFlight time.Time         // the oldest event of the publication in progress, if any
+	started  bool              // the watcher has delivered the initial state
+	wake     chan struct{}
+	ready    atomic.Bool
+	synced   chan struct{} // closed when ready turns true
 
 	pubMu   sync.Mutex // one publisher at a time
 	records health     // records per member cluster and state, for metrics and logs
@@ -179,6 +181,7 @@ func New(topo *Topology, src Source) *Index {
 	ix := &Index{src: src, dirty: map[Key]time.Time{}, wake: make(chan struct{}, 1), synced: make(chan struct{}), records: newHealth()}
 	ix.topo.Store(topo)
 	ix.snap.Store(emptySnapshot())
+	telemetry.Synced.Set(0)
 	return ix
 }
 
@@ -196,9 +199,7 @@ func (ix *Index) SetTopology(topo *Topology) {
 	now := time.Now()
 	ix.mu.Lock()
 	for _, k := range ix.snap.Load().Keys() {
-		if _, ok := ix.dirty[k]; !ok {
-			ix.dirty[k] = now
-		}
+		ix.markLocked(k, now)
 	}
 	ix.mu.Unlock()
 	ix.signal()
@@ -221,12 +222,26 @@ func (ix *Index) Subscribe(f func(Key)) { ix.subs = append(ix.subs, f) }
 func (ix *Index) Changed(k Key) {
 	now := time.Now()
 	ix.mu.Lock()
-	if _, ok := ix.dirty[k]; !ok {
-		ix.dirty[k] = now
-	}
+	ix.markLocked(k, now)
 	ix.mu.Unlock()
 	ix.signal()
 }
+
+// markLocked records k's first unpublished event, at now. ix.mu is held.
+func (ix *Index) markLocked(k Key, now time.Time) {
+	if _, ok := ix.dirty[k]; ok {
+		return
+	}
+	if len(ix.dirty) == 0 {
+		ix.pending = now
+		if ix.inFlight.IsZero() { // else the publication in progress holds older events
+			telemetry.UnpublishedChange.Set(seconds(now))
+		}
+	}
+	ix.dirty[k] = now
+}
+
+func seconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // Start tells the index that the watcher's caches hold the initial state; the next publication
 // makes the index Ready. Before Start nothing is built: the initial lists are built once, in bulk.
@@ -269,12 +284,24 @@ func (ix *Index) Publish() {
 	}
 	dirty := ix.dirty
 	ix.dirty = map[Key]time.Time{}
+	if len(dirty) > 0 {
+		ix.inFlight = ix.pending
+	}
 	ix.mu.Unlock()
 
 	if len(dirty) > 0 {
 		ix.publish(dirty)
+		ix.mu.Lock()
+		ix.inFlight = time.Time{}
+		if len(ix.dirty) == 0 {
+			telemetry.UnpublishedChange.Set(0)
+		} else {
+			telemetry.UnpublishedChange.Set(seconds(ix.pending))
+		}
+		ix.mu.Unlock()
 	}
 	if !ix.ready.Swap(true) {
+		telemetry.Synced.Set(1)
 		close(ix.synced)
 	}
 }

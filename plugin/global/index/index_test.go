@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
@@ -343,5 +344,40 @@ func TestIndexClusterHealth(t *testing.T) {
 	}
 	if testutil.ToFloat64(telemetry.ClusterUnnamed) != 0 {
 		t.Error("cluster_unnamed set with a named cluster")
+	}
+}
+
+// synced turns 1 at the first publication; the oldest unpublished event's time is shown until a
+// publication holds it, so a stuck publisher can be told from a quiet mesh.
+func TestPublicationGauges(t *testing.T) {
+	synced := func() float64 { return testutil.ToFloat64(telemetry.Synced) }
+	unpublished := func() float64 { return testutil.ToFloat64(telemetry.UnpublishedChange) }
+	ix := index.New(indextest.Topology(), scenario())
+	if synced() != 0 {
+		t.Errorf("synced %v before the first sync", synced())
+	}
+	before := float64(time.Now().UnixNano()) / 1e9
+	ix.Changed(foo)
+	ix.Changed(foo) // the first event of a key is the one waiting
+	first := unpublished()
+	if first < before || first > before+60 {
+		t.Errorf("unpublished since %v, want about %v", first, before)
+	}
+	ix.Publish() // before Start nothing is published
+	if unpublished() != first || synced() != 0 {
+		t.Errorf("before Start: unpublished %v synced %v", unpublished(), synced())
+	}
+	ix.Start()
+	ix.Publish()
+	if unpublished() != 0 || synced() != 1 {
+		t.Errorf("published: unpublished %v synced %v", unpublished(), synced())
+	}
+	ix.Changed(foo)
+	if unpublished() < first {
+		t.Errorf("a new change: unpublished since %v, want after %v", unpublished(), first)
+	}
+	ix.Publish()
+	if unpublished() != 0 {
+		t.Errorf("published again: unpublished %v", unpublished())
 	}
 }

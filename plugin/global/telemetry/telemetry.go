@@ -3,6 +3,8 @@
 package telemetry
 
 import (
+	"strconv"
+
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,6 +62,28 @@ var (
 		Buckets:                     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		NativeHistogramBucketFactor: plugin.NativeHistogramBucketFactor,
 	})
+	// Synced is 1 once the index answers from the state of the first sync with the API server.
+	Synced = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "synced",
+		Help:      "1 once the index holds what the API server had at the first sync (until then, names answer SERVFAIL), else 0.",
+	})
+	// UnpublishedChange tells a stuck publisher from a quiet mesh: the index publishes only on change.
+	UnpublishedChange = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "unpublished_change_timestamp_seconds",
+		Help:      "Unix time of the oldest Kubernetes event not yet in the published index that DNS answers from; 0 when every event is published.",
+	})
+	// Answers counts answers with records by the tier of their nearest record: whether clients
+	// reach the nearest peers.
+	Answers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "answers_total",
+		Help:      "Answers with A, AAAA or SRV records, by the tier of their nearest record (0 this cluster, then one per topology key, most specific first, then the rest).",
+	}, []string{"tier"})
 	// FailoverAnswers counts answers under a `nearest` policy that skipped a nearer tier.
 	FailoverAnswers = promauto.NewCounter(prometheus.CounterOpts{
 		Namespace: plugin.Namespace,
@@ -82,6 +106,24 @@ var (
 		Help:      "Services and EndpointSlices watched now that have a problem counted in skipped_total, by kind.",
 	}, []string{"kind"})
 )
+
+// answerTiers are the default topology's tiers (this cluster, zone, region, the rest), bound once:
+// counting an answer costs an atomic add, not a label lookup.
+var answerTiers = func() (c [4]prometheus.Counter) {
+	for i := range c {
+		c[i] = Answers.WithLabelValues(strconv.Itoa(i))
+	}
+	return c
+}()
+
+// Answered counts an answer whose nearest record is in tier t.
+func Answered(t uint8) {
+	if int(t) < len(answerTiers) {
+		answerTiers[t].Inc()
+		return
+	}
+	Answers.WithLabelValues(strconv.Itoa(int(t))).Inc()
+}
 
 // The EndpointSlice writer's metrics.
 var (
