@@ -1,0 +1,329 @@
+package integration
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The OCI image-spec documents TestImage reads, only the fields it checks.
+type (
+	ociDescriptor struct {
+		MediaType   string            `json:"mediaType"`
+		Digest      string            `json:"digest"`
+		Size        int64             `json:"size"`
+		Annotations map[string]string `json:"annotations"`
+		Platform    *struct {
+			OS           string `json:"os"`
+			Architecture string `json:"architecture"`
+			Variant      string `json:"variant"`
+		} `json:"platform"`
+	}
+	ociIndex struct {
+		SchemaVersion int               `json:"schemaVersion"`
+		MediaType     string            `json:"mediaType"`
+		Manifests     []ociDescriptor   `json:"manifests"`
+		Annotations   map[string]string `json:"annotations"`
+	}
+	ociManifest struct {
+		MediaType string          `json:"mediaType"`
+		Config    ociDescriptor   `json:"config"`
+		Layers    []ociDescriptor `json:"layers"`
+	}
+	ociConfig struct {
+		OS           string    `json:"os"`
+		Architecture string    `json:"architecture"`
+		Variant      string    `json:"variant"`
+		Created      time.Time `json:"created"`
+		RootFS       struct {
+			DiffIDs []string `json:"diff_ids"`
+		} `json:"rootfs"`
+		Config struct {
+			User         string
+			Entrypoint   []string
+			Cmd          []string
+			ExposedPorts map[string]struct{}
+			Labels       map[string]string
+		} `json:"config"`
+	}
+)
+
+// imageArchive is an OCI image layout tarball, read into memory.
+type imageArchive map[string][]byte
+
+func readImageArchive(t *testing.T, path string) imageArchive {
+	t.Helper()
+	f, err := os.Open(path)
+	must(t, err)
+	defer f.Close()
+	a := imageArchive{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return a
+		}
+		must(t, err)
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		b, err := io.ReadAll(tr)
+		must(t, err)
+		a[h.Name] = b
+	}
+}
+
+// blob returns the blob d names, checking it is there, of d's size and digest.
+func (a imageArchive) blob(t *testing.T, d ociDescriptor) []byte {
+	t.Helper()
+	hexDigest, ok := strings.CutPrefix(d.Digest, "sha256:")
+	if !ok {
+		t.Fatalf("digest %q: not sha256", d.Digest)
+	}
+	b, ok := a["blobs/sha256/"+hexDigest]
+	if !ok {
+		t.Fatalf("blob %s (%s) missing", d.Digest, d.MediaType)
+	}
+	if int64(len(b)) != d.Size {
+		t.Fatalf("blob %s: %d bytes, descriptor says %d", d.Digest, len(b), d.Size)
+	}
+	return b
+}
+
+func (a imageArchive) json(t *testing.T, d ociDescriptor, v any) {
+	t.Helper()
+	must(t, json.Unmarshal(a.blob(t, d), v))
+}
+
+// topIndex returns index.json's one entry, the image index, and the index it names.
+func (a imageArchive) topIndex(t *testing.T) (ociDescriptor, ociIndex) {
+	t.Helper()
+	var top ociIndex
+	must(t, json.Unmarshal(a["index.json"], &top))
+	if top.SchemaVersion != 2 || len(top.Manifests) != 1 || top.Manifests[0].MediaType != "application/vnd.oci.image.index.v1+json" {
+		t.Fatalf("index.json: want one image index, got %s", a["index.json"])
+	}
+	var idx ociIndex
+	a.json(t, top.Manifests[0], &idx)
+	return top.Manifests[0], idx
+}
+
+// layerFile is one file of a layer.
+type layerFile struct {
+	hdr  *tar.Header
+	body []byte
+}
+
+// TestImage checks bin/coredns-global.oci.tar, which `make image` writes, with nothing but the
+// standard library: the layout, every blob's digest, each platform's config and files, that the
+// amd64 binary is ours, and that building again from the same inputs gives the same bytes.
+func TestImage(t *testing.T) {
+	path := os.Getenv("GLOBAL_IMAGE_TAR")
+	if path == "" {
+		t.Fatal("GLOBAL_IMAGE_TAR is not set: run `make image` (make test does) or set it to the image tarball")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%v: run `make image` first", err)
+	}
+	a := readImageArchive(t, path)
+
+	if string(a["oci-layout"]) != `{"imageLayoutVersion":"1.0.0"}` {
+		t.Errorf("oci-layout: %q", a["oci-layout"])
+	}
+	for name, b := range a {
+		if hexDigest, ok := strings.CutPrefix(name, "blobs/sha256/"); ok {
+			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != hexDigest {
+				t.Errorf("%s: content's sha256 is %x", name, sum)
+			}
+		}
+	}
+
+	top, idx := a.topIndex(t)
+	ref := top.Annotations["org.opencontainers.image.ref.name"]
+	if ref == "" || top.Annotations["io.containerd.image.name"] != ref {
+		t.Errorf("index.json annotations %v: want ref.name and io.containerd.image.name, the same", top.Annotations)
+	}
+	if idx.MediaType != "application/vnd.oci.image.index.v1+json" {
+		t.Errorf("index media type %q", idx.MediaType)
+	}
+	var platforms []string
+	binaries := map[string][]byte{}
+	configs := map[string]string{} // architecture -> config blob path
+	var epoch time.Time
+	for _, d := range idx.Manifests {
+		if d.Platform == nil || d.MediaType != "application/vnd.oci.image.manifest.v1+json" {
+			t.Fatalf("index entry %+v: want an OCI image manifest with a platform", d)
+		}
+		p := d.Platform
+		platforms = append(platforms, p.OS+"/"+p.Architecture)
+		t.Run(p.Architecture, func(t *testing.T) {
+			var m ociManifest
+			a.json(t, d, &m)
+			var c ociConfig
+			a.json(t, m.Config, &c)
+			configs[p.Architecture] = "blobs/sha256/" + strings.TrimPrefix(m.Config.Digest, "sha256:")
+			epoch = c.Created
+			if c.OS != p.OS || c.Architecture != p.Architecture || c.Variant != p.Variant {
+				t.Errorf("config is for %s/%s/%s, index says %+v", c.OS, c.Architecture, c.Variant, *p)
+			}
+			if p.Architecture == "arm64" && p.Variant != "v8" {
+				t.Errorf("arm64 variant %q, want v8", p.Variant)
+			}
+			cc := c.Config
+			ports := slices.Sorted(maps.Keys(cc.ExposedPorts))
+			if cc.User != "65532:65532" || !slices.Equal(cc.Entrypoint, []string{"/coredns"}) ||
+				!slices.Equal(cc.Cmd, []string{"-conf", "/etc/coredns/Corefile"}) ||
+				!slices.Equal(ports, []string{"5353/tcp", "5353/udp", "9153/tcp"}) {
+				t.Errorf("config: %+v", cc)
+			}
+			for _, l := range []string{"source", "revision", "version"} {
+				if cc.Labels["org.opencontainers.image."+l] == "" {
+					t.Errorf("no org.opencontainers.image.%s label: %v", l, cc.Labels)
+				}
+			}
+
+			files := map[string]layerFile{}
+			if len(m.Layers) != len(c.RootFS.DiffIDs) {
+				t.Fatalf("%d layers, %d diff_ids", len(m.Layers), len(c.RootFS.DiffIDs))
+			}
+			for i, l := range m.Layers {
+				if l.MediaType != "application/vnd.oci.image.layer.v1.tar+gzip" {
+					t.Errorf("layer media type %q", l.MediaType)
+				}
+				zr, err := gzip.NewReader(bytes.NewReader(a.blob(t, l)))
+				must(t, err)
+				raw, err := io.ReadAll(zr)
+				must(t, err)
+				if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != c.RootFS.DiffIDs[i] {
+					t.Errorf("layer %d: uncompressed sha256 %x, diff_id %s", i, sum, c.RootFS.DiffIDs[i])
+				}
+				tr := tar.NewReader(bytes.NewReader(raw))
+				for {
+					h, err := tr.Next()
+					if err == io.EOF {
+						break
+					}
+					must(t, err)
+					b, err := io.ReadAll(tr)
+					must(t, err)
+					files[strings.TrimSuffix(h.Name, "/")] = layerFile{h, b}
+				}
+			}
+			for name, f := range files {
+				if !f.hdr.ModTime.Equal(c.Created) {
+					t.Errorf("%s: mtime %v, want the image's created time %v", name, f.hdr.ModTime, c.Created)
+				}
+				if base := filepath.Base(name); base == "sh" || base == "busybox" || base == "bash" {
+					t.Errorf("%s: the image should have no shell", name)
+				}
+			}
+
+			bin, ok := files["coredns"]
+			if !ok || bin.hdr.Typeflag != tar.TypeReg || bin.hdr.Mode&0o111 != 0o111 {
+				t.Fatalf("/coredns missing or not executable: %+v", bin.hdr)
+			}
+			binaries[p.Architecture] = bin.body
+
+			ca := files["etc/ssl/certs/ca-certificates.crt"].body
+			n := 0
+			for rest := ca; ; n++ {
+				var block *pem.Block
+				if block, rest = pem.Decode(rest); block == nil {
+					break
+				}
+				if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+					t.Errorf("CA bundle, certificate %d: %v", n, err)
+				}
+			}
+			if n <= 100 {
+				t.Errorf("CA bundle has %d certificates, want more than 100", n)
+			}
+			if !strings.Contains(string(files["etc/passwd"].body), "nonroot:x:65532:65532:") ||
+				!strings.Contains(string(files["etc/group"].body), "nonroot:x:65532:") {
+				t.Errorf("/etc/passwd or /etc/group has no nonroot 65532:\n%s%s", files["etc/passwd"].body, files["etc/group"].body)
+			}
+			if tmp, ok := files["tmp"]; !ok || tmp.hdr.Typeflag != tar.TypeDir || tmp.hdr.Mode&0o7777 != 0o1777 {
+				t.Errorf("/tmp missing or not 1777")
+			}
+		})
+	}
+	slices.Sort(platforms)
+	if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
+		t.Fatalf("platforms %v, want linux/amd64 and linux/arm64", platforms)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// Docker before 25 (and Docker 25+ without the containerd store) loads manifest.json.
+	var docker []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}
+	must(t, json.Unmarshal(a["manifest.json"], &docker))
+	if len(docker) != 1 || docker[0].Config != configs["amd64"] || !slices.Equal(docker[0].RepoTags, []string{ref}) {
+		t.Errorf("manifest.json %s: want the linux/amd64 image (config %s) tagged %s", a["manifest.json"], configs["amd64"], ref)
+	}
+
+	tmp := t.TempDir()
+	for arch, b := range binaries {
+		must(t, os.WriteFile(filepath.Join(tmp, "coredns-"+arch), b, 0o755))
+	}
+	if runtime.GOOS == "linux" && binaries[runtime.GOARCH] != nil {
+		out, err := exec.Command(filepath.Join(tmp, "coredns-"+runtime.GOARCH), "-plugins").CombinedOutput()
+		must(t, err)
+		if !slices.Contains(strings.Fields(string(out)), "global") {
+			t.Errorf("the image's coredns -plugins does not list global:\n%s", out)
+		}
+	} else {
+		t.Logf("cannot run a linux/amd64 or linux/arm64 binary on %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+
+	// Reproducible: the builder, run again on the binaries taken out of the image and with the
+	// same tag, labels and epoch, writes the same bytes.
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	again := filepath.Join(tmp, "again.oci.tar")
+	labels := idx.Annotations
+	cmd := exec.Command("go", "run", ".", "-tag", ref, "-o", again,
+		"-amd64", filepath.Join(tmp, "coredns-amd64"), "-arm64", filepath.Join(tmp, "coredns-arm64"),
+		"-source", labels["org.opencontainers.image.source"], "-revision", labels["org.opencontainers.image.revision"],
+		"-version", labels["org.opencontainers.image.version"])
+	cmd.Dir = filepath.Join(root, "deploy", "image")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %v\n%s", cmd, err, out)
+	}
+	top2, _ := readImageArchive(t, again).topIndex(t)
+	if top2.Digest != top.Digest {
+		t.Errorf("built again, the index is %s, was %s", top2.Digest, top.Digest)
+	}
+	sum := func(p string) string {
+		b, err := os.ReadFile(p)
+		must(t, err)
+		s := sha256.Sum256(b)
+		return hex.EncodeToString(s[:])
+	}
+	if s1, s2 := sum(path), sum(again); s1 != s2 {
+		t.Errorf("built again, the tarball's sha256 is %s, was %s", s2, s1)
+	}
+	t.Logf("%s: index %s", ref, top.Digest)
+}
