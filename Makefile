@@ -17,25 +17,33 @@ CONTROLPLANE ?= $(CACHE_HOME)/globaldns/controlplane/kubernetes-$(K8S_VERSION)_e
 # built without the cloud service discoveries (remove_all_sd): 1.5 minutes cold instead of 8.
 PROM_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/prometheus/prometheus" {print $$3}' test/tools/promtool/go.mod)
 PROMTOOL     ?= $(CACHE_HOME)/globaldns/tools/promtool-$(PROM_VERSION)/promtool
+# Helm 3 and 4, which the chart's tests lint, render and install it with; pinned likewise.
+HELM3_VERSION := $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v3" {print $$3}' test/tools/helm3/go.mod)
+HELM4_VERSION := $(shell awk '$$1 == "require" && $$2 == "helm.sh/helm/v4" {print $$3}' test/tools/helm4/go.mod)
+HELM3 ?= $(CACHE_HOME)/globaldns/tools/helm-$(HELM3_VERSION)/helm
+HELM4 ?= $(CACHE_HOME)/globaldns/tools/helm-$(HELM4_VERSION)/helm
 
 # The tests and the demo find the binaries through these.
 export GLOBAL_CONTROLPLANE_BIN := $(CONTROLPLANE)
 export GLOBAL_COREDNS_BIN      := $(CURDIR)/bin/coredns
 export GLOBAL_IMAGE_TAR        := $(CURDIR)/bin/coredns-global.oci.tar
 export GLOBAL_PROMTOOL_BIN     := $(PROMTOOL)
+export GLOBAL_HELM3_BIN        := $(HELM3)
+export GLOBAL_HELM4_BIN        := $(HELM4)
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build image controlplane promtool test unit run dig dnsperf bench soak vet fuzz clean help
+.PHONY: all build image controlplane promtool helm test unit run dig dnsperf bench soak vet fuzz clean help
 all: build
 
 help:
 	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global)"
 	@echo "make image         build $(IMAGE) for linux/amd64 and linux/arm64 into bin/coredns-global.oci.tar"
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
-	@echo "make test          vet, unit and integration tests (builds the control plane and promtool once)"
+	@echo "make test          vet, unit and integration tests (builds the control plane, Helm and promtool once)"
 	@echo "make fuzz          run every fuzz target for FUZZTIME (default $(FUZZTIME)) each"
 	@echo "make bench         measure against CoreDNS's own plugins; writes docs/benchmarks.md"
+	@echo "make helm          build Helm $(HELM3_VERSION) and $(HELM4_VERSION) into $(CACHE_HOME)/globaldns/tools"
 	@echo "make promtool      build promtool $(PROM_VERSION) (Prometheus) into $(PROMTOOL)"
 	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver, kube-controller-manager and kubectl $(K8S_VERSION) into $(CONTROLPLANE)"
 
@@ -71,6 +79,14 @@ $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROL
 	cd test/controlplane/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
 	mv $@.tmp $@
 
+helm: $(HELM3) $(HELM4)
+
+$(HELM3) $(HELM4):
+	@mkdir -p $(@D)
+	cd test/tools/helm$(if $(filter $(HELM3),$@),3,4) && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp \
+		helm.sh/helm/v$(if $(filter $(HELM3),$@),3,4)/cmd/helm
+	mv $@.tmp $@
+
 promtool: $(PROMTOOL)
 
 $(PROMTOOL):
@@ -83,7 +99,7 @@ vet:
 	$(GO) vet ./...
 	cd deploy/image && $(GO) vet ./...
 
-test: build image controlplane promtool vet
+test: build image controlplane helm promtool vet
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd deploy/image && $(GO) test -count=1 ./...
 

@@ -22,13 +22,22 @@ func kustomize(t *testing.T, dir string) (string, map[string]*unstructured.Unstr
 	root, err := filepath.Abs("../..")
 	must(t, err)
 	out := harness.RunKubectl(t, nil, "", "kustomize", filepath.Join(root, dir))
+	return out, objectsOf(t, out)
+}
+
+// objectsOf parses a stream of YAML documents into objects, by kind/name.
+func objectsOf(t *testing.T, stream string) map[string]*unstructured.Unstructured {
+	t.Helper()
 	objs := map[string]*unstructured.Unstructured{}
-	for _, doc := range strings.Split(out, "\n---\n") {
+	for _, doc := range strings.Split(stream, "\n---\n") {
 		u := &unstructured.Unstructured{}
 		must(t, yaml.Unmarshal([]byte(doc), &u.Object))
+		if len(u.Object) == 0 { // Helm's empty documents, or only comments
+			continue
+		}
 		objs[u.GetKind()+"/"+u.GetName()] = u
 	}
-	return out, objs
+	return objs
 }
 
 func as[T any](t *testing.T, u *unstructured.Unstructured) *T {

@@ -1,0 +1,92 @@
+{{/* The chart's name, and the release's objects' name: the release name when it holds the chart's. */}}
+{{- define "coredns-global.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "coredns-global.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "coredns-global.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "coredns-global.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "coredns-global.labels" -}}
+{{ include "coredns-global.selectorLabels" . }}
+app.kubernetes.io/part-of: coredns-global
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* The writer's Lease: deploy/base's default name, or one per release when the release is named otherwise. */}}
+{{- define "coredns-global.lease" -}}
+{{- include "coredns-global.fullname" . }}-writer
+{{- end }}
+
+{{/* The Corefile. With the default values it is deploy/base's, comments included. */}}
+{{- define "coredns-global.corefile" -}}
+{{- $zones := .Values.zones -}}
+{{- range $zones }}{{ . }}:5353 {{ end }}{
+    errors
+    health :8080 {
+        lameduck 10s
+    }
+    ready :8181
+    prometheus :9153
+{{- with .Values.extraConfig.server }}
+{{ . | trim | indent 4 }}
+{{- end }}
+    global{{ if ne (join " " $zones) "global" }} {{ join " " $zones }}{{ end }} {
+{{- if .Values.clusterName }}
+        # This cluster's name, as the other clusters' Links call it (the Deployment sets it).
+        cluster {$CLUSTER_NAME}
+{{- end }}
+{{- if .Values.localities }}
+{{- range $cluster, $labels := .Values.localities }}
+        locality {{ $cluster }}{{ range $k, $v := $labels }} {{ $k }}={{ $v }}{{ end }}
+{{- end }}
+{{- else }}
+        # Where each cluster is, this one included; linked clusters in the same zone, then the
+        # same region, are answered first. For example:
+        #   locality east zone=us-east-1a region=us-east-1
+        #   locality west zone=us-east-1b region=us-east-1
+{{- end }}
+{{- with .Values.topology }}
+        topology {{ join " " . }}
+{{- end }}
+{{- with .Values.mcsZones }}
+        names mcs {{ join " " . }}
+{{- end }}
+{{- if ne .Values.policy.default "all" }}
+        policy {{ .Values.policy.default }}
+{{- end }}
+{{- range $zone, $policy := .Values.policy.byZone }}
+        policy {{ $policy }} {{ $zone }}
+{{- end }}
+{{- if not .Values.writer.enabled }}
+        endpointslices off
+{{- else }}
+{{- if .Values.writer.serviceImports }}
+        serviceimports on
+{{- end }}
+{{- if ne (include "coredns-global.lease" .) "coredns-global-writer" }}
+        lease {{ .Release.Namespace }} {{ include "coredns-global.lease" . }}
+{{- end }}
+{{- end }}
+{{- with .Values.extraConfig.plugin }}
+{{ . | trim | indent 8 }}
+{{- end }}
+    }
+}
+{{- end }}

@@ -1,0 +1,368 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// helms are the Helm CLIs the chart must work with, by name.
+func helms(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name, env := range map[string]string{"helm3": harness.EnvHelm3Bin, "helm4": harness.EnvHelm4Bin} {
+		bin, err := harness.Helm(env)
+		must(t, err)
+		out[name] = bin
+	}
+	return out
+}
+
+func chartPath(t *testing.T, file string) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	return filepath.Join(root, "deploy/chart", file)
+}
+
+// helmTemplate renders the chart as release coredns-global in namespace coredns-global.
+func helmTemplate(t *testing.T, helm string, args ...string) (string, map[string]*unstructured.Unstructured) {
+	t.Helper()
+	args = append([]string{"template", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global"}, args...)
+	out := harness.RunHelm(t, helm, nil, args...)
+	return out, objectsOf(t, out)
+}
+
+// helmBookkeeping are what Helm adds and kustomize has no use for: its release labels, and the
+// Corefile's checksum that rolls the pods when only the ConfigMap changed.
+var helmBookkeeping = map[string]bool{
+	"helm.sh/chart": true, "app.kubernetes.io/managed-by": true, "app.kubernetes.io/instance": true,
+	"app.kubernetes.io/version": true, "checksum/corefile": true,
+}
+
+// withoutBookkeeping strips Helm's bookkeeping (wherever a label or selector holds it), the namespace
+// (kustomize sets it, Helm installs into the release's) and maps left empty.
+func withoutBookkeeping(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, x := range v {
+			if helmBookkeeping[k] || k == "namespace" && reflect.TypeOf(x).Kind() == reflect.String && isMeta(v) {
+				continue
+			}
+			if x = withoutBookkeeping(x); x != nil {
+				out[k] = x
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = withoutBookkeeping(x)
+		}
+		return out
+	}
+	return v
+}
+
+// isMeta tells an object's metadata (with a name) from a subject, whose namespace matters.
+func isMeta(m map[string]any) bool { _, kind := m["kind"]; _, name := m["name"]; return name && !kind }
+
+// TestChartRendersTheKustomizations: deploy/chart's defaults render deploy/base's objects, and
+// values-ha.yaml deploy/overlays/ha's, object by object but for Helm's bookkeeping; Helm 3 and 4
+// render the same; both lint it clean; the API server accepts every object.
+func TestChartRendersTheKustomizations(t *testing.T) {
+	must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+	for _, c := range []struct{ kustomization, values string }{
+		{"deploy/base", ""},
+		{"deploy/overlays/ha", "values-ha.yaml"},
+	} {
+		_, want := kustomize(t, c.kustomization)
+		// The chart leaves the namespace to `helm install --create-namespace`, as charts do.
+		delete(want, "Namespace/coredns-global")
+		var first map[string]any
+		for name, helm := range helms(t) {
+			args := []string{}
+			if c.values != "" {
+				args = append(args, "--values", chartPath(t, c.values))
+			}
+			harness.RunHelm(t, helm, nil, append([]string{"lint", "--strict", chartPath(t, "")}, args...)...)
+			text, got := helmTemplate(t, helm, args...)
+			harness.RunKubectl(t, cp, text, "apply", "-f", "-", "--server-side", "--dry-run=server", "--namespace", "coredns-global")
+			rendered := map[string]any{}
+			for k, u := range got {
+				rendered[k] = withoutBookkeeping(u.Object)
+			}
+			for k, u := range want {
+				w := withoutBookkeeping(u.Object)
+				if !reflect.DeepEqual(rendered[k], w) {
+					g, _ := yaml.Marshal(rendered[k])
+					wy, _ := yaml.Marshal(w)
+					t.Errorf("%s %s: %s differs from %s's:\n%s\nwant\n%s", name, c.values, k, c.kustomization, g, wy)
+				}
+				delete(rendered, k)
+			}
+			for k := range rendered {
+				t.Errorf("%s %s: %s is not in %s", name, c.values, k, c.kustomization)
+			}
+			all := map[string]any{}
+			for k, u := range got {
+				all[k] = u.Object
+			}
+			if first == nil {
+				first = all
+			} else if !reflect.DeepEqual(first, all) {
+				t.Errorf("%s: Helm 3 and 4 render differently", c.values)
+			}
+		}
+	}
+}
+
+// TestChartValues: the values a platform engineer sets end up in the Corefile and the objects; the
+// writer off leaves every write rule out; monitoring ships deploy/monitoring's files as they are.
+func TestChartValues(t *testing.T) {
+	helm := helms(t)["helm4"]
+	_, objs := helmTemplate(t, helm,
+		"--set", "clusterName=east,zones={global,clusterset.local},mcsZones={clusterset.local},policy.default=nearest 2",
+		"--set", "policy.byZone.global=all,writer.serviceImports=true,replicas=2,service.clusterIP=10.96.0.99",
+		"--set-json", `localities={"east":{"zone":"us-east-1a","region":"us-east-1"},"west":{"zone":"us-east-1b"}}`,
+		"--set", "extraConfig.server=log,extraConfig.plugin=ttl 10",
+		"--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true")
+	corefile := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	for _, line := range []string{
+		"global:5353 clusterset.local:5353 {", "    log\n", "global global clusterset.local {", "cluster {$CLUSTER_NAME}",
+		"locality east region=us-east-1 zone=us-east-1a", "locality west zone=us-east-1b", "names mcs clusterset.local",
+		"policy nearest 2\n", "policy all global\n", "serviceimports on", "        ttl 10\n",
+	} {
+		if !strings.Contains(corefile, line) {
+			t.Errorf("the Corefile has no %q:\n%s", line, corefile)
+		}
+	}
+	if strings.Contains(corefile, "lease ") || strings.Contains(corefile, "For example") {
+		t.Errorf("the Corefile:\n%s", corefile)
+	}
+	// The Corefile starts: CoreDNS takes it, the plugin's own checks included.
+	checkCorefileParses(t, corefile)
+	if ip := objs["Service/coredns-global"].Object["spec"].(map[string]any)["clusterIP"]; ip != "10.96.0.99" {
+		t.Errorf("clusterIP %v", ip)
+	}
+
+	// The ServiceMonitor scrapes the Service's metrics port.
+	sm := objs["ServiceMonitor/coredns-global"]
+	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	for k, v := range selector {
+		if objs["Service/coredns-global"].GetLabels()[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s; the Service is labelled %v", k, v, objs["Service/coredns-global"].GetLabels())
+		}
+	}
+	if len(selector) == 0 || len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" {
+		t.Errorf("the ServiceMonitor: %v", sm.Object["spec"])
+	}
+
+	rules, err := os.ReadFile(chartPath(t, "../monitoring/rules.yaml"))
+	must(t, err)
+	var wantRules map[string]any
+	must(t, yaml.Unmarshal(rules, &wantRules))
+	if spec := objs["PrometheusRule/coredns-global"].Object["spec"]; !reflect.DeepEqual(spec, wantRules) {
+		t.Errorf("the PrometheusRule's spec is not deploy/monitoring/rules.yaml")
+	}
+	dashboard, err := os.ReadFile(chartPath(t, "../monitoring/dashboard.json"))
+	must(t, err)
+	cm := objs["ConfigMap/coredns-global-dashboard"]
+	if got := cm.Object["data"].(map[string]any)["coredns-global.json"]; got != string(dashboard) || cm.GetLabels()["grafana_dashboard"] != "1" {
+		t.Errorf("the dashboard ConfigMap: labels %v, data equal %t", cm.GetLabels(), got == string(dashboard))
+	}
+	var d map[string]any
+	must(t, json.Unmarshal(dashboard, &d))
+
+	// Writer off: DNS only, and no write rule, no Lease rule.
+	_, objs = helmTemplate(t, helm, "--set", "writer.enabled=false")
+	if c := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string); !strings.Contains(c, "endpointslices off") {
+		t.Errorf("writer off, the Corefile:\n%s", c)
+	}
+	for _, k := range []string{"ClusterRole/coredns-global-write", "ClusterRoleBinding/coredns-global-write", "Role/coredns-global-lease", "RoleBinding/coredns-global-lease"} {
+		if objs[k] != nil {
+			t.Errorf("writer off renders %s", k)
+		}
+	}
+	if objs["ClusterRole/coredns-global-read"] == nil {
+		t.Error("writer off renders no read rules")
+	}
+
+	// Another release's objects and Lease are its own.
+	_, objs = helmTemplate(t, helm, "--set", "fullnameOverride=dns2")
+	c := objs["ConfigMap/dns2"].Object["data"].(map[string]any)["Corefile"].(string)
+	role := objs["Role/dns2-lease"].Object["rules"].([]any)[1].(map[string]any)["resourceNames"].([]any)
+	if !strings.Contains(c, "lease coredns-global dns2-writer") || role[0] != "dns2-writer" {
+		t.Errorf("release dns2: lease rule %v, Corefile:\n%s", role, c)
+	}
+}
+
+// checkCorefileParses starts bin/coredns on corefile long enough to know CoreDNS accepted it.
+func checkCorefileParses(t *testing.T, corefile string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	c := harness.StartCoreDNS(t, cp, localize(corefile, root), harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "CLUSTER_NAME=east", "POD_NAMESPACE=default"))
+	c.Stop()
+}
+
+// TestChartSchema: a bad value fails at install time, saying which value and why, with Helm 3 and 4.
+func TestChartSchema(t *testing.T) {
+	for name, helm := range helms(t) {
+		for _, c := range []struct{ set, says string }{
+			{"replicas=0", "replicas"},
+			{"replica=3", "replica"},
+			{"clusterName=East_1", "clusterName"},
+			{"policy.default=closest", "default"},
+			{"policy.default=nearest 0", "default"},
+			{"zones={}", "zones"},
+			{"podAntiAffinity=zone", "podAntiAffinity"},
+			{"writer.enabled=maybe", "enabled"},
+		} {
+			_, err := harness.TryHelm(t, helm, nil, "template", "coredns-global", chartPath(t, ""), "--set", c.set)
+			if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%s --set %s: %v, want a schema error about %s", name, c.set, err, c.says)
+			}
+		}
+	}
+}
+
+// TestChartInstall installs the chart for real, with Helm 4 (values-ha.yaml) and Helm 3 (DNS
+// only), and runs bin/coredns with each release's Corefile as its ServiceAccount, so that the
+// installed RBAC is all it has: both answer, the first writes, the second may not.
+func TestChartInstall(t *testing.T) {
+	cp := harness.Start(t) // of its own: the releases' cluster-scoped objects
+	ctx := context.Background()
+	admin := cp.Client
+	h := helms(t)
+
+	const ns = "db"
+	must(t, harness.EnsureNamespace(ctx, admin, ns))
+	must(t, harness.CreateNode(ctx, admin, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	must(t, harness.CreateStatefulSet(ctx, admin, harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts, Pods: []harness.Pod{
+		{Name: "foo-0", Node: "east-a", IP: "10.244.1.10", Ready: true}, {Name: "foo-1", Node: "east-a", IP: "10.244.1.11", Ready: true},
+	}}))
+	_, err := harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
+	must(t, err)
+
+	// The README's install, then an upgrade: the Service's address is known from then on.
+	install := readmeCommand(t, "helm install coredns-global ")
+	notes := harness.RunHelm(t, h["helm4"], cp, install...)
+	if !strings.Contains(notes, "kubectl -n coredns-global get service coredns-global") {
+		t.Errorf("install notes:\n%s", notes)
+	}
+	svc, err := admin.CoreV1().Services("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
+	must(t, err)
+	upgrade := append([]string{"upgrade"}, slices.DeleteFunc(install[1:], func(a string) bool { return a == "--create-namespace" })...)
+	notes = harness.RunHelm(t, h["helm4"], cp, upgrade...)
+	if !strings.Contains(notes, "global:53 {\n        forward . "+svc.Spec.ClusterIP+"\n") || !strings.Contains(notes, "dig @"+svc.Spec.ClusterIP+" CH TXT global") {
+		t.Errorf("upgrade notes (service %s):\n%s", svc.Spec.ClusterIP, notes)
+	}
+	replicas := startRelease(t, cp, "coredns-global", "coredns-global", 2)
+	for _, c := range replicas {
+		eventually(t, "the local pods and west's", func() error { return answers(t, c, "foo.db.global.", 4) })
+	}
+	waitLeader(t, replicas...)
+	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2}) })
+
+	// Helm 3, DNS only, next to it: answers, and may write nothing.
+	harness.RunHelm(t, h["helm3"], cp, "install", "dns-only", chartPath(t, ""), "--namespace", "dns-only", "--create-namespace",
+		"--set", "writer.enabled=false,clusterName=east")
+	dnsOnly := startRelease(t, cp, "dns-only", "dns-only-coredns-global", 1)[0]
+	eventually(t, "the DNS-only release's answers", func() error { return answers(t, dnsOnly, "foo.db.global.", 4) })
+	if m := metric(t, dnsOnly, "coredns_global_leader"); m != "0" {
+		t.Errorf("the DNS-only release leads: %s", m)
+	}
+	sa := clientFor(t, kubeconfigOf(t, cp, "dns-only", "dns-only-coredns-global"))
+	_, err = sa.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("the DNS-only ServiceAccount may create a Service: %v", err)
+	}
+	if _, err := sa.CoordinationV1().Leases("dns-only").Get(ctx, "dns-only-coredns-global-writer", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the DNS-only ServiceAccount may read a Lease: %v", err)
+	}
+
+	// Uninstalled, a release leaves nothing cluster-wide behind.
+	harness.RunHelm(t, h["helm4"], cp, "uninstall", "coredns-global", "--namespace", "coredns-global")
+	if _, err := admin.RbacV1().ClusterRoles().Get(ctx, "coredns-global-write", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after uninstall, ClusterRole coredns-global-write: %v", err)
+	}
+}
+
+// readmeCommand returns the arguments of the command of README.md's that starts with prefix,
+// without its program name, with its paths made absolute.
+func readmeCommand(t *testing.T, prefix string) []string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	must(t, err)
+	for _, line := range strings.Split(string(readme), "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, prefix) {
+			args := strings.Fields(line)[1:]
+			for i, a := range args {
+				if strings.HasPrefix(a, "deploy/") {
+					args[i] = filepath.Join(root, a)
+				}
+			}
+			return args
+		}
+	}
+	t.Fatalf("README.md has no command %q", prefix)
+	return nil
+}
+
+// kubeconfigOf is a kubeconfig with a token of ServiceAccount name in namespace ns.
+func kubeconfigOf(t *testing.T, cp *harness.ControlPlane, ns, name string) string {
+	t.Helper()
+	tr, err := cp.Client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo[int64](3600)}}, metav1.CreateOptions{})
+	must(t, err)
+	kubeconfig, err := cp.KubeconfigFor(tr.Status.Token)
+	must(t, err)
+	return kubeconfig
+}
+
+// startRelease starts n bin/coredns processes as an installed release's pods would run: its
+// ConfigMap's Corefile, its Deployment's environment, its ServiceAccount's token.
+func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int) []*harness.CoreDNS {
+	t.Helper()
+	ctx := context.Background()
+	cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	must(t, err)
+	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	must(t, err)
+	env := []string{"KUBECONFIG=" + kubeconfigOf(t, cp, ns, name), "KUBERNETES_SERVICE_HOST=", "POD_NAMESPACE=" + ns}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	tmpl := localize(cm.Data["Corefile"], root)
+	var out []*harness.CoreDNS
+	for range n {
+		out = append(out, harness.StartCoreDNS(t, nil, tmpl, harness.WithEnv(env...)))
+	}
+	return out
+}

@@ -1,0 +1,7 @@
+//go:build tools
+
+// Module helm4 builds the pinned Helm 4 CLI that the tests install the chart with: the chart must
+// work with Helm 3 and 4, and a user needs neither installed to run the tests.
+package tools
+
+import _ "helm.sh/helm/v4/cmd/helm"
