@@ -148,3 +148,19 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// countRecords counts s's records by member cluster (as s.clusters) and state.
+func (s *Service) countRecords() []clusterCounts {
+	counts := make([]clusterCounts, len(s.clusters))
+	for r := range s.Records().All() {
+		count(counts, s, r, 1)
+	}
+	return counts
+}
+
+// count adds sign to the count, in counts (as s.clusters), of r's cluster and state.
+func count(counts []clusterCounts, s *Service, r *Record, sign int) {
+	if i := s.clusterIndex(r.Cluster); i >= 0 {
+		counts[i].add(r, s.topo.Local, sign)
+	}
+}
