@@ -97,25 +97,25 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, corefile string) {
 		done := make(chan struct{})
-		var cfg *config
+		var g *Global
 		var err error
 		go func() {
 			defer close(done)
-			cfg, err = parse(caddy.NewTestController("dns", corefile))
+			g, err = parse(caddy.NewTestController("dns", corefile))
 		}()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
 			t.Fatalf("parse hangs on %q", corefile)
 		}
-		if err != nil || cfg == nil {
+		if err != nil || g == nil {
 			return
 		}
-		if cfg.ttl > 3600 || cfg.writer.MaxEndpoints < 1 || cfg.writer.MaxEndpoints > 1000 || !cfg.election.CheckTimings() ||
-			cfg.startupTimeout < 0 || cfg.topology.Local == "" || len(cfg.zones) == 0 {
-			t.Fatalf("invalid configuration accepted from %q: %+v", corefile, cfg)
+		if g.ttl > 3600 || g.writerConfig.MaxEndpoints < 1 || g.writerConfig.MaxEndpoints > 1000 || !g.election.CheckTimings() ||
+			g.startupTimeout < 0 || g.corefile.Local == "" || len(g.Zones) == 0 {
+			t.Fatalf("invalid configuration accepted from %q: %+v", corefile, g)
 		}
-		for _, z := range cfg.zones {
+		for _, z := range g.Zones {
 			if !validZone(z) || !strings.HasSuffix(z, ".") {
 				t.Fatalf("zone %q accepted from %q", z, corefile)
 			}

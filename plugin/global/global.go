@@ -24,30 +24,43 @@ import (
 
 var log = telemetry.Log
 
-// Global is the plugin: the DNS handler over an index fed by a watcher.
+// Global is the plugin: the DNS handler over an index fed by a watcher. It is also the plugin's
+// configuration: parseStanza (config.go) parses each Corefile option into the field of it here,
+// which nothing else writes, and build (setup.go) connects the plugin to the API from them.
 type Global struct {
-	Next  plugin.Handler
-	Zones []string
-	Fall  fall.F
+	Next plugin.Handler
 
-	ttl              uint32
-	mcsZones         []string                // the zones with MCS names (`names mcs`); the others have .global's
-	rotate           bool                    // rotate addresses within each tier
-	explain          bool                    // answer CH TXT with the explanation of a name
-	preferNamespaces []string                // order in which short names pick a namespace
-	policies         map[string]index.Policy // by zone, the zones' policies; under "", the instance's
-	startupTimeout   time.Duration
-	nsAddrs          []netip.Addr // the addresses ns1.dns.<zone> answers with
+	// The Corefile's options: one field, or one struct its consumer reads, per option.
+	Zones            []string                // the zone arguments, or else the server block's (global. for the root)
+	namespaces       []string                // namespaces: the namespaces watched; all when empty
+	exportSelector   string                  // export_selector
+	corefile         index.Topology          // cluster, locality, topology; the index's is it completed by the cluster's objects
+	ttl              uint32                  // ttl
+	Fall             fall.F                  // fallthrough
+	mcsZones         []string                // names mcs: the zones with MCS names; the others have .global's
+	policies         map[string]index.Policy // policy: by zone, the zones' policies; under "", the instance's
+	preferNamespaces []string                // prefer_namespaces: the order in which short names pick a namespace
+	rotate           bool                    // rotate: addresses within each tier
+	explain          bool                    // explain: answer CH TXT with the explanation of a name
+	startupTimeout   time.Duration           // startup_timeout
+	kubeconfig       string                  // kubeconfig PATH [CONTEXT]
+	kubeContext      string                  // kubeconfig's CONTEXT
+	kubeconfigAt     string                  // "file:line - " of the kubeconfig option, for errors found when reading it
+	apiQPS           float32                 // apiserver_qps
+	apiBurst         int                     // apiserver_burst
+	endpointSlices   bool                    // endpointslices: the writer runs
+	writerConfig     writer.Config           // serviceimports, endpointslice_size, service_suffix
+	election         writer.Election         // lease, lease_duration, lease_renew_deadline, lease_retry_period
 
+	// What build and OnStartup make of them.
+	nsAddrs  []netip.Addr // the addresses ns1.dns.<zone> answers with
 	watcher  *watch.Watcher
 	index    *index.Index
-	corefile *index.Topology // what the Corefile says; the index's is it completed by topology
-	topology *watch.Topology
+	topology *watch.Topology // what the cluster's objects say of the topology
 	warned   map[string]bool // the topology's disagreements with the Corefile, as last logged
 
-	// The EndpointSlice writer, nil with `endpointslices off`, and the Lease that gates it.
+	// The EndpointSlice writer, nil with `endpointslices off`, and the client of the Lease that gates it.
 	writer         *writer.Writer
-	election       writer.Election
 	electionClient kubernetes.Interface
 	identity       string                 // this replica's in the election
 	leader         atomic.Pointer[string] // the writer's last known leader

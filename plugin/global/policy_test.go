@@ -118,7 +118,7 @@ func TestPolicies(t *testing.T) {
 }
 
 func TestParsePolicies(t *testing.T) {
-	cfg, err := parse(caddy.NewTestController("dns", `global global near.global near3.global {
+	g, err := parse(caddy.NewTestController("dns", `global global near.global near3.global {
 		policy nearest near.global
 		policy nearest 3 near3.global
 		policy all
@@ -127,12 +127,12 @@ func TestParsePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]index.Policy{"near.global.": {Nearest: 1}, "near3.global.": {Nearest: 3}, "": {}}
-	if len(cfg.g.policies) != len(want) {
-		t.Fatalf("policies %v, want %v", cfg.g.policies, want)
+	if len(g.policies) != len(want) {
+		t.Fatalf("policies %v, want %v", g.policies, want)
 	}
 	for z, p := range want {
-		if cfg.g.policies[z] != p {
-			t.Errorf("policy of %q: %v, want %v", z, cfg.g.policies[z], p)
+		if g.policies[z] != p {
+			t.Errorf("policy of %q: %v, want %v", z, g.policies[z], p)
 		}
 	}
 	for _, bad := range []string{

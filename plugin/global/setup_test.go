@@ -16,20 +16,20 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	cfg, err := parse(caddy.NewTestController("dns", `global`))
+	g, err := parse(caddy.NewTestController("dns", `global`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.zones, []string{"global."}) || cfg.ttl != 5 || cfg.startupTimeout != 5*time.Second ||
-		cfg.topology.Local != "local" || !slices.Equal(cfg.topology.Keys, index.DefaultKeys) ||
-		cfg.exportSelector != watch.DefaultExportSelector || cfg.kubeconfig != "" || len(cfg.namespaces) != 0 {
-		t.Errorf("defaults: %+v", cfg)
+	if !slices.Equal(g.Zones, []string{"global."}) || g.ttl != 5 || g.startupTimeout != 5*time.Second ||
+		g.corefile.Local != "local" || !slices.Equal(g.corefile.Keys, index.DefaultKeys) ||
+		g.exportSelector != watch.DefaultExportSelector || g.kubeconfig != "" || len(g.namespaces) != 0 {
+		t.Errorf("defaults: %+v", g)
 	}
-	if !cfg.write || cfg.writer.Suffix != "-global" || cfg.writer.MaxEndpoints != 100 || cfg.apiQPS != 50 || cfg.apiBurst != 100 ||
-		cfg.election != (writer.Election{Namespace: writer.DefaultLeaseNamespace(), Name: "coredns-global-writer", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
-		t.Errorf("writer defaults: write %v %+v %+v qps %v burst %v", cfg.write, cfg.writer, cfg.election, cfg.apiQPS, cfg.apiBurst)
+	if !g.endpointSlices || g.writerConfig.Suffix != "-global" || g.writerConfig.MaxEndpoints != 100 || g.apiQPS != 50 || g.apiBurst != 100 ||
+		g.election != (writer.Election{Namespace: writer.DefaultLeaseNamespace(), Name: "coredns-global-writer", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
+		t.Errorf("writer defaults: write %v %+v %+v qps %v burst %v", g.endpointSlices, g.writerConfig, g.election, g.apiQPS, g.apiBurst)
 	}
-	cfg, err = parse(caddy.NewTestController("dns", `global {
+	g, err = parse(caddy.NewTestController("dns", `global {
 		endpointslices
 		endpointslice_size 1000
 		service_suffix -all
@@ -43,24 +43,24 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.write || cfg.writer.Suffix != "-all" || cfg.writer.MaxEndpoints != 1000 || cfg.apiQPS != 20.5 || cfg.apiBurst != 40 ||
-		cfg.election != (writer.Election{Namespace: "kube-system", Name: "global-writer", Duration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}) {
-		t.Errorf("writer options: %+v %+v", cfg.writer, cfg.election)
+	if !g.endpointSlices || g.writerConfig.Suffix != "-all" || g.writerConfig.MaxEndpoints != 1000 || g.apiQPS != 20.5 || g.apiBurst != 40 ||
+		g.election != (writer.Election{Namespace: "kube-system", Name: "global-writer", Duration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}) {
+		t.Errorf("writer options: %+v %+v", g.writerConfig, g.election)
 	}
-	if cfg, err = parse(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || cfg.write {
-		t.Errorf("endpointslices off: write %v, %v", cfg.write, err)
+	if g, err = parse(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || g.endpointSlices {
+		t.Errorf("endpointslices off: write %v, %v", g.endpointSlices, err)
 	}
-	if cfg, err = parse(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !cfg.writer.ServiceImports {
-		t.Errorf("serviceimports: %v, %v", cfg.writer.ServiceImports, err)
+	if g, err = parse(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !g.writerConfig.ServiceImports {
+		t.Errorf("serviceimports: %v, %v", g.writerConfig.ServiceImports, err)
 	}
-	if cfg, err = parse(caddy.NewTestController("dns", "global")); err != nil || !cfg.g.rotate || !cfg.g.explain || cfg.writer.ServiceImports {
-		t.Errorf("defaults: rotate %v explain %v, %v", cfg.g.rotate, cfg.g.explain, err)
+	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports {
+		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
-	if cfg, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || cfg.g.rotate || cfg.g.explain {
-		t.Errorf("rotate off, explain off: %v %v, %v", cfg.g.rotate, cfg.g.explain, err)
+	if g, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
+		t.Errorf("rotate off, explain off: %v %v, %v", g.rotate, g.explain, err)
 	}
 
-	cfg, err = parse(caddy.NewTestController("dns", `global global. mesh.example {
+	g, err = parse(caddy.NewTestController("dns", `global global. mesh.example {
 		kubeconfig /etc/kube.conf east-ctx
 		namespaces db app
 		cluster east
@@ -81,22 +81,78 @@ func TestParse(t *testing.T) {
 		"west": {index.RegionKey: "us-east-1", "example.com/rack": "r7"},
 	}
 	switch {
-	case !slices.Equal(cfg.zones, []string{"global.", "mesh.example."}):
-		t.Errorf("zones %v", cfg.zones)
-	case cfg.kubeconfig != "/etc/kube.conf" || cfg.context != "east-ctx":
-		t.Errorf("kubeconfig %q %q", cfg.kubeconfig, cfg.context)
-	case !slices.Equal(cfg.namespaces, []string{"db", "app"}) || !slices.Equal(cfg.preferNamespaces, []string{"db"}):
-		t.Errorf("namespaces %v prefer %v", cfg.namespaces, cfg.preferNamespaces)
-	case cfg.topology.Local != "east" || !slices.Equal(cfg.topology.Keys, []string{"example.com/rack", index.ZoneKey, index.RegionKey}):
-		t.Errorf("topology %+v", cfg.topology)
-	case len(cfg.topology.Locality) != 2 || !equalMaps(cfg.topology.Locality["east"], want["east"]) || !equalMaps(cfg.topology.Locality["west"], want["west"]):
-		t.Errorf("locality %v", cfg.topology.Locality)
-	case cfg.ttl != 30 || cfg.startupTimeout != 10*time.Second:
-		t.Errorf("ttl %d startup %v", cfg.ttl, cfg.startupTimeout)
-	case !cfg.g.Fall.Through("x.mesh.example.") || cfg.g.Fall.Through("x.global."):
-		t.Errorf("fallthrough %v", cfg.g.Fall)
-	case cfg.exportSelector != "mirror.linkerd.io/exported in (true, remote-discovery)":
-		t.Errorf("export selector %q", cfg.exportSelector)
+	case !slices.Equal(g.Zones, []string{"global.", "mesh.example."}):
+		t.Errorf("zones %v", g.Zones)
+	case g.kubeconfig != "/etc/kube.conf" || g.kubeContext != "east-ctx":
+		t.Errorf("kubeconfig %q %q", g.kubeconfig, g.kubeContext)
+	case !slices.Equal(g.namespaces, []string{"db", "app"}) || !slices.Equal(g.preferNamespaces, []string{"db"}):
+		t.Errorf("namespaces %v prefer %v", g.namespaces, g.preferNamespaces)
+	case g.corefile.Local != "east" || !slices.Equal(g.corefile.Keys, []string{"example.com/rack", index.ZoneKey, index.RegionKey}):
+		t.Errorf("topology %+v", g.corefile)
+	case len(g.corefile.Locality) != 2 || !equalMaps(g.corefile.Locality["east"], want["east"]) || !equalMaps(g.corefile.Locality["west"], want["west"]):
+		t.Errorf("locality %v", g.corefile.Locality)
+	case g.ttl != 30 || g.startupTimeout != 10*time.Second:
+		t.Errorf("ttl %d startup %v", g.ttl, g.startupTimeout)
+	case !g.Fall.Through("x.mesh.example.") || g.Fall.Through("x.global."):
+		t.Errorf("fallthrough %v", g.Fall)
+	case g.exportSelector != "mirror.linkerd.io/exported in (true, remote-discovery)":
+		t.Errorf("export selector %q", g.exportSelector)
+	}
+}
+
+// TestZones: without zone arguments the plugin serves its server block's zones, as CoreDNS's
+// plugins do, and global. where the block is the root; with them, the arguments.
+func TestZones(t *testing.T) {
+	for _, tc := range []struct {
+		keys      []string // the server block's, as CoreDNS gives them to the plugin
+		corefile  string
+		zones     []string
+		mcs       []string
+		policyFor string // a zone whose policy the stanza sets
+	}{
+		{nil, "global", []string{"global."}, nil, ""}, // a test's controller: no server block
+		{[]string{"dns://global.:5353"}, "global", []string{"global."}, nil, ""},
+		{[]string{"dns://.:53"}, "global", []string{"global."}, nil, ""},
+		{[]string{"dns://clusterset.local.:53"}, "global {\n names mcs\n}", []string{"clusterset.local."}, []string{"clusterset.local."}, ""},
+		{[]string{"dns://a.example.:53", "dns://b.example.:53"}, "global", []string{"a.example.", "b.example."}, nil, ""},
+		{[]string{"dns://a.example.:53", "dns://b.example.:53"}, "global {\n names mcs b.example\n policy nearest a.example\n}",
+			[]string{"a.example.", "b.example."}, []string{"b.example."}, "a.example."},
+		{[]string{"dns://.:53", "dns://mesh.example.:53"}, "global", []string{"global.", "mesh.example."}, nil, ""},
+		{[]string{"dns://global.:53", "tls://global.:853"}, "global", []string{"global."}, nil, ""},
+		{[]string{"dns://Mesh.Example.:53"}, "global", []string{"mesh.example."}, nil, ""},
+		// Arguments win, as before.
+		{[]string{"dns://.:53"}, "global mesh.example", []string{"mesh.example."}, nil, ""},
+		{[]string{"dns://a.example.:53"}, "global global", []string{"global."}, nil, ""},
+		{[]string{"dns://clusterset.local.:53", "dns://global.:53"}, "global clusterset.local global {\n names mcs clusterset.local\n}",
+			[]string{"clusterset.local.", "global."}, []string{"clusterset.local."}, ""},
+	} {
+		c := caddy.NewTestController("dns", tc.corefile)
+		c.ServerBlockKeys = tc.keys
+		g, err := parse(c)
+		if err != nil {
+			t.Errorf("%v %q: %v", tc.keys, tc.corefile, err)
+			continue
+		}
+		if !slices.Equal(g.Zones, tc.zones) || !slices.Equal(g.mcsZones, tc.mcs) {
+			t.Errorf("%v %q: zones %v mcs %v, want %v %v", tc.keys, tc.corefile, g.Zones, g.mcsZones, tc.zones, tc.mcs)
+		}
+		if _, ok := g.policies[tc.policyFor]; tc.policyFor != "" && !ok {
+			t.Errorf("%v %q: no policy for %s: %v", tc.keys, tc.corefile, tc.policyFor, g.policies)
+		}
+	}
+	for _, tc := range []struct {
+		keys           []string
+		corefile, want string
+	}{
+		{[]string{"dns://_srv.example.:53"}, "global", `server block zone "_srv.example." is not a domain name made of DNS labels`},
+		{[]string{"dns://a.example.:53"}, "global {\n names mcs clusterset.local\n}", `names mcs: "clusterset.local." is not one of the plugin's zones [a.example.]`},
+		{[]string{"dns://a.example.:53"}, "global {\n policy all global\n}", `policy: "global." is not one of the plugin's zones [a.example.]`},
+	} {
+		c := caddy.NewTestController("dns", tc.corefile)
+		c.ServerBlockKeys = tc.keys
+		if _, err := parse(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %q: error %v, want one containing %q", tc.keys, tc.corefile, err, tc.want)
+		}
 	}
 }
 

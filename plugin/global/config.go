@@ -1,0 +1,509 @@
+package global
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/watch"
+	"github.com/globaldns/global/plugin/global/writer"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/leaderelection"
+)
+
+// The Corefile: `global [ZONES...] { OPTION ARGS... }` parses into Global, each option into its
+// field (global.go). Adding an option is its field, its case in parseOption (or parseAPIOption),
+// its default in defaults when not the zero value, its README line and a test.
+
+// Defaults.
+const (
+	defaultZone           = "global." // the root's: a server block for every name serves global.
+	defaultCluster        = "local"
+	defaultTTL            = 5
+	defaultStartupTimeout = 5 * time.Second
+	maxTopologyKeys       = 16
+	// API client rate, of the watches' client and of the writer's, each: the writer's first sync
+	// of a large mesh is thousands of writes.
+	defaultQPS    = 50
+	defaultBurst  = 100
+	writerWorkers = 4
+)
+
+// defaults is the plugin as a stanza without options configures it.
+func defaults(zones []string) *Global {
+	return &Global{
+		Zones:          zones,
+		corefile:       index.Topology{Local: defaultCluster, Unnamed: true, Keys: index.DefaultKeys, Locality: map[string]map[string]string{}},
+		ttl:            defaultTTL,
+		startupTimeout: defaultStartupTimeout,
+		exportSelector: watch.DefaultExportSelector,
+		endpointSlices: true,
+		writerConfig:   writer.Config{Suffix: writer.DefaultSuffix, MaxEndpoints: writer.DefaultMaxEndpoints, Workers: writerWorkers},
+		election: writer.Election{
+			Namespace: writer.DefaultLeaseNamespace(), Name: writer.DefaultLeaseName,
+			Duration: writer.DefaultLeaseDuration, RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
+		},
+		policies: map[string]index.Policy{},
+		rotate:   true,
+		explain:  true,
+		apiQPS:   defaultQPS,
+		apiBurst: defaultBurst,
+	}
+}
+
+// parse parses the plugin's stanza (one per server block) into the plugin, nothing built yet.
+func parse(c *caddy.Controller) (*Global, error) {
+	var g *Global
+	for c.Next() {
+		if g != nil {
+			return nil, plugin.ErrOnce
+		}
+		var err error
+		if g, err = parseStanza(c); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// parseStanza parses `global [ZONES...] { OPTIONS }`: each option once, but locality and policy.
+func parseStanza(c *caddy.Controller) (*Global, error) {
+	zones, err := parseZones(c, c.RemainingArgs())
+	if err != nil {
+		return nil, err
+	}
+	g := defaults(zones)
+	seen := map[string]bool{}
+	for c.NextBlock() {
+		opt, args := c.Val(), c.RemainingArgs()
+		if seen[opt] && opt != "locality" && opt != "policy" {
+			return nil, c.Errf("%s given twice", opt)
+		}
+		seen[opt] = true
+		if err := g.parseOption(c, opt, args); err != nil {
+			return nil, err
+		}
+	}
+	if err := g.check(c); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// parseOption parses one option into its field: what is watched and how names are answered, or
+// else (parseAPIOption) how the API is used.
+func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (err error) {
+	switch opt {
+	case "namespaces":
+		g.namespaces, err = namesArg(c, opt, args)
+	case "prefer_namespaces":
+		g.preferNamespaces, err = namesArg(c, opt, args)
+	case "cluster":
+		err = g.parseCluster(c, args)
+	case "locality":
+		err = parseLocality(c, args, g.corefile.Locality)
+	case "topology":
+		g.corefile.Keys, err = parseTopology(c, args)
+	case "ttl":
+		g.ttl, err = intArg[uint32](c, opt, args, 0, 3600)
+	case "fallthrough":
+		g.Fall.SetZonesFromArgs(args)
+	case "startup_timeout":
+		g.startupTimeout, err = durationArg(c, opt, args, false)
+	case "export_selector":
+		g.exportSelector, err = parseSelector(c, args)
+	case "names":
+		g.mcsZones, err = parseNames(c, args, g.Zones)
+	case "policy":
+		err = parsePolicy(c, args, g.Zones, g.policies)
+	case "rotate":
+		g.rotate, err = onOff(c, opt, args)
+	case "explain":
+		g.explain, err = onOff(c, opt, args)
+	default:
+		return g.parseAPIOption(c, opt, args)
+	}
+	return err
+}
+
+// parseAPIOption parses one option of the API's client, of the EndpointSlice writer or of the
+// writer's lease into its field.
+func (g *Global) parseAPIOption(c *caddy.Controller, opt string, args []string) (err error) {
+	switch opt {
+	case "kubeconfig":
+		err = g.parseKubeconfig(c, args)
+	case "apiserver_qps":
+		g.apiQPS, err = parseQPS(c, args)
+	case "apiserver_burst":
+		g.apiBurst, err = intArg[int](c, opt, args, 1, math.MaxInt)
+	case "endpointslices":
+		g.endpointSlices, err = onOff(c, opt, args)
+	case "serviceimports":
+		g.writerConfig.ServiceImports, err = onOff(c, opt, args)
+	case "endpointslice_size":
+		g.writerConfig.MaxEndpoints, err = intArg[int](c, opt, args, 1, writer.MaxEndpointsLimit)
+	case "service_suffix":
+		g.writerConfig.Suffix, err = parseSuffix(c, args)
+	case "lease":
+		err = g.parseLease(c, args)
+	case "lease_duration":
+		g.election.Duration, err = durationArg(c, opt, args, true)
+	case "lease_renew_deadline":
+		g.election.RenewDeadline, err = durationArg(c, opt, args, true)
+	case "lease_retry_period":
+		g.election.RetryPeriod, err = durationArg(c, opt, args, true)
+	default:
+		return c.Errf("unknown property %q", opt)
+	}
+	return err
+}
+
+// check checks what no single option can: the options that must agree.
+func (g *Global) check(c *caddy.Controller) error {
+	if g.writerConfig.ServiceImports && !g.endpointSlices {
+		return c.Errf("serviceimports on needs the writer: it cannot be on with endpointslices off")
+	}
+	if g.writerConfig.ServiceImports && g.writerConfig.Suffix == writer.MCSSuffix {
+		return c.Errf("service_suffix %s would name the -global EndpointSlices as the MCS ones of serviceimports on", writer.MCSSuffix)
+	}
+	if !g.election.CheckTimings() {
+		return c.Errf("lease timings must satisfy lease_duration > lease_renew_deadline > %.1f x lease_retry_period, not %v, %v, %v",
+			leaderelection.JitterFactor, g.election.Duration, g.election.RenewDeadline, g.election.RetryPeriod)
+	}
+	return nil
+}
+
+// parseZones returns the plugin's zones: its arguments, or else its server block's, as every
+// CoreDNS plugin does, with the root's being global.: CoreDNS gives the block only the queries
+// below its zones, so a plugin serving other zones would never be asked.
+func parseZones(c *caddy.Controller, args []string) ([]string, error) {
+	if len(args) > 0 {
+		return zoneArgs(c, args)
+	}
+	var zones []string
+	for _, z := range plugin.OriginsFromArgsOrServerBlock(nil, c.ServerBlockKeys) {
+		if z == "." {
+			z = defaultZone
+		}
+		if !validZone(z) {
+			return nil, c.Errf("server block zone %q is not a domain name made of DNS labels: give the plugin its zones as arguments", z)
+		}
+		if !slices.Contains(zones, z) {
+			zones = append(zones, z)
+		}
+	}
+	if len(zones) == 0 { // no server block: a test's controller
+		zones = []string{defaultZone}
+	}
+	return zones, nil
+}
+
+// zoneArgs normalizes zone arguments; each must be a domain name.
+func zoneArgs(c *caddy.Controller, args []string) ([]string, error) {
+	var zones []string
+	for _, a := range args {
+		zs := plugin.Host(a).NormalizeExact()
+		if len(zs) == 0 {
+			return nil, c.Errf("zone %q is not a domain name made of DNS labels", a)
+		}
+		for _, z := range zs {
+			if !validZone(z) {
+				return nil, c.Errf("zone %q is not a domain name made of DNS labels", z)
+			}
+		}
+		zones = append(zones, zs...)
+	}
+	return zones, nil
+}
+
+// onOff parses an option that takes on (also no argument) or off.
+func onOff(c *caddy.Controller, opt string, args []string) (bool, error) {
+	switch {
+	case len(args) == 0, len(args) == 1 && args[0] == "on":
+		return true, nil
+	case len(args) == 1 && args[0] == "off":
+		return false, nil
+	}
+	return false, c.Errf("%s takes on or off, not %q", opt, strings.Join(args, " "))
+}
+
+// intArg parses an option's one argument, an integer in [lo, hi] (hi math.MaxInt: no bound).
+func intArg[T ~int | ~uint32](c *caddy.Controller, opt string, args []string, lo, hi int) (T, error) {
+	if len(args) != 1 {
+		return 0, c.ArgErr()
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < lo || n > hi {
+		if hi == math.MaxInt {
+			return 0, c.Errf("%s must be an integer >= %d, not %q", opt, lo, args[0])
+		}
+		return 0, c.Errf("%s must be an integer in [%d, %d], not %q", opt, lo, hi, args[0])
+	}
+	return T(n), nil
+}
+
+// durationArg parses an option's one argument, a duration >= 0, or > 0 when positive.
+func durationArg(c *caddy.Controller, opt string, args []string, positive bool) (time.Duration, error) {
+	if len(args) != 1 {
+		return 0, c.ArgErr()
+	}
+	d, err := time.ParseDuration(args[0])
+	switch {
+	case positive && (err != nil || d <= 0):
+		return 0, c.Errf("%s must be a positive duration, not %q", opt, args[0])
+	case err != nil || d < 0:
+		return 0, c.Errf("%s must be a duration >= 0, not %q", opt, args[0])
+	}
+	return d, nil
+}
+
+// parseKubeconfig parses `kubeconfig PATH [CONTEXT]`, and where it is, for the errors found when
+// the file is read.
+func (g *Global) parseKubeconfig(c *caddy.Controller, args []string) error {
+	if len(args) != 1 && len(args) != 2 {
+		return c.ArgErr()
+	}
+	g.kubeconfig, g.kubeconfigAt = args[0], fmt.Sprintf("%s:%d - ", c.File(), c.Line())
+	if len(args) == 2 {
+		g.kubeContext = args[1]
+	}
+	return nil
+}
+
+// parseCluster parses `cluster NAME`, this cluster's name.
+func (g *Global) parseCluster(c *caddy.Controller, args []string) error {
+	if len(args) != 1 {
+		return c.ArgErr()
+	}
+	if err := dnsLabel(c, "cluster name", args[0]); err != nil {
+		return err
+	}
+	g.corefile.Local, g.corefile.Unnamed = args[0], false
+	return nil
+}
+
+// parseSelector parses `export_selector SELECTOR`, a label selector of spaced words.
+func parseSelector(c *caddy.Controller, args []string) (string, error) {
+	if len(args) == 0 {
+		return "", c.ArgErr()
+	}
+	s := strings.Join(args, " ")
+	if _, err := labels.Parse(s); err != nil {
+		return "", c.Errf("export_selector %q: %v", s, err)
+	}
+	return s, nil
+}
+
+// parseQPS parses `apiserver_qps QPS`.
+func parseQPS(c *caddy.Controller, args []string) (float32, error) {
+	if len(args) != 1 {
+		return 0, c.ArgErr()
+	}
+	q, err := strconv.ParseFloat(args[0], 32)
+	if err != nil || q <= 0 {
+		return 0, c.Errf("apiserver_qps must be a number > 0, not %q", args[0])
+	}
+	return float32(q), nil
+}
+
+// parseSuffix parses `service_suffix SUFFIX`, which must end a Service name.
+func parseSuffix(c *caddy.Controller, args []string) (string, error) {
+	if len(args) != 1 {
+		return "", c.ArgErr()
+	}
+	if errs := validation.IsDNS1035Label("a" + args[0]); len(errs) > 0 || args[0] == "" {
+		return "", c.Errf("service_suffix %q cannot end a Service name: %s", args[0], strings.Join(errs, "; "))
+	}
+	return args[0], nil
+}
+
+// parseLease parses `lease NAMESPACE NAME`.
+func (g *Global) parseLease(c *caddy.Controller, args []string) error {
+	if len(args) != 2 {
+		return c.ArgErr()
+	}
+	if err := dnsLabel(c, "lease namespace", args[0]); err != nil {
+		return err
+	}
+	if errs := validation.IsDNS1123Subdomain(args[1]); len(errs) > 0 {
+		return c.Errf("lease name %q: %s", args[1], strings.Join(errs, "; "))
+	}
+	g.election.Namespace, g.election.Name = args[0], args[1]
+	return nil
+}
+
+// parseNames parses `names global` or `names mcs [ZONES...]`: the zones (default all) answered
+// with the Multi-Cluster Services specification's names.
+func parseNames(c *caddy.Controller, args, zones []string) ([]string, error) {
+	switch {
+	case len(args) == 1 && args[0] == "global":
+		return nil, nil
+	case len(args) == 1 && args[0] == "mcs":
+		return zones, nil
+	case len(args) > 1 && args[0] == "mcs":
+		mcs, err := zoneArgs(c, args[1:])
+		if err != nil {
+			return nil, err
+		}
+		for _, z := range mcs {
+			if !slices.Contains(zones, z) {
+				return nil, c.Errf("names mcs: %q is not one of the plugin's zones %v", z, zones)
+			}
+		}
+		return mcs, nil
+	}
+	return nil, c.Errf("names takes global or mcs [ZONES...], not %q", strings.Join(args, " "))
+}
+
+// parsePolicy parses `policy all|nearest [N] [ZONES...]` into policies: the policy of the zones
+// given (each one of the plugin's zones, each once), or without zones the instance's default, under
+// "" (once).
+func parsePolicy(c *caddy.Controller, args, zones []string, policies map[string]index.Policy) error {
+	if len(args) == 0 {
+		return c.ArgErr()
+	}
+	mode, rest := args[0], args[1:]
+	if _, err := strconv.Atoi(firstOf(rest)); mode == "nearest" && err == nil {
+		mode, rest = mode+" "+rest[0], rest[1:]
+	}
+	p, err := index.ParsePolicy(mode)
+	if err != nil {
+		return c.Errf("policy: %v", err)
+	}
+	if len(rest) == 0 {
+		rest = []string{""}
+	} else if rest, err = zoneArgs(c, rest); err != nil {
+		return err
+	}
+	for _, z := range rest {
+		if z != "" && !slices.Contains(zones, z) {
+			return c.Errf("policy: %q is not one of the plugin's zones %v", z, zones)
+		}
+		if _, dup := policies[z]; dup {
+			return c.Errf("policy for %s given twice", cmp.Or(z, "the instance (no zones)"))
+		}
+		policies[z] = p
+	}
+	return nil
+}
+
+// firstOf is the first of args, "" when there is none.
+func firstOf(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
+}
+
+// namesArg parses a list of namespace names.
+func namesArg(c *caddy.Controller, opt string, args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, c.ArgErr()
+	}
+	for i, a := range args {
+		if err := dnsLabel(c, opt+" entry", a); err != nil {
+			return nil, err
+		}
+		if slices.Contains(args[:i], a) {
+			return nil, c.Errf("%s lists %q twice", opt, a)
+		}
+	}
+	return args, nil
+}
+
+// parseLocality parses `locality CLUSTER KEY=VALUE...` into loc.
+func parseLocality(c *caddy.Controller, args []string, loc map[string]map[string]string) error {
+	if len(args) < 2 {
+		return c.ArgErr()
+	}
+	cluster := args[0]
+	if err := dnsLabel(c, "locality cluster", cluster); err != nil {
+		return err
+	}
+	if _, dup := loc[cluster]; dup {
+		return c.Errf("locality for cluster %q given twice", cluster)
+	}
+	kv := map[string]string{}
+	for _, a := range args[1:] {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return c.Errf("locality %s: %q is not KEY=VALUE", cluster, a)
+		}
+		k, err := localityKey(c, k)
+		if err != nil {
+			return err
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 || v == "" {
+			return c.Errf("locality %s: value %q of %s is not a label value", cluster, v, k)
+		}
+		if _, dup := kv[k]; dup {
+			return c.Errf("locality %s: %s given twice", cluster, k)
+		}
+		kv[k] = v
+	}
+	loc[cluster] = kv
+	return nil
+}
+
+// parseTopology parses `topology KEYS...`, the preference keys.
+func parseTopology(c *caddy.Controller, args []string) ([]string, error) {
+	if len(args) == 0 || len(args) > maxTopologyKeys {
+		return nil, c.Errf("topology takes 1 to %d keys", maxTopologyKeys)
+	}
+	keys := make([]string, 0, len(args))
+	for _, a := range args {
+		k, err := localityKey(c, a)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(keys, k) {
+			return nil, c.Errf("topology lists %s twice", k)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// localityKey expands the short forms zone and region and checks the key is a label key.
+func localityKey(c *caddy.Controller, k string) (string, error) {
+	switch k {
+	case "zone":
+		return index.ZoneKey, nil
+	case "region":
+		return index.RegionKey, nil
+	}
+	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+		return "", c.Errf("%q is not a label key: %s", k, strings.Join(errs, "; "))
+	}
+	return k, nil
+}
+
+func dnsLabel(c *caddy.Controller, what, s string) error {
+	if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
+		return c.Errf("%s %q is not a DNS label: %s", what, s, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// validZone reports whether zone (normalized, with its final dot) is below the root and made of
+// DNS-1123 labels: every name we answer is built from such labels.
+func validZone(zone string) bool {
+	if zone == "." {
+		return false
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(zone, "."), ".") {
+		if len(validation.IsDNS1123Label(l)) > 0 {
+			return false
+		}
+	}
+	return true
+}
