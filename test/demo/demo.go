@@ -110,15 +110,23 @@ func load(ctx context.Context, cp *harness.ControlPlane) error {
 	return nil
 }
 
-// Queries are what the demo suggests trying: class IN unless Class says CH.
-func Queries() []struct{ Name, Type, Class string } {
-	return []struct{ Name, Type, Class string }{
-		{"foo.global", "A", ""},
-		{"foo.db.global", "A", ""},
-		{"_tcp-db._tcp.foo.db.global", "SRV", ""},
-		{"west.foo.db.global", "A", ""},
-		{"foo-1.north.foo.db.global", "A", ""},
-		{"foo.db.global", "TXT", "CH"}, // why: each record's cluster, tier and state
+// Query is a query the demo suggests trying: class IN unless Class says CH, over UDP unless TCP.
+type Query struct {
+	Name, Type, Class string
+	TCP               bool
+}
+
+// Queries are what the demo suggests trying. An explanation (CH TXT) is a line per record, longer
+// than the 512 bytes of a UDP answer without EDNS, which would keep only its first lines: it is
+// asked over TCP.
+func Queries() []Query {
+	return []Query{
+		{Name: "foo.global", Type: "A"},
+		{Name: "foo.db.global", Type: "A"},
+		{Name: "_tcp-db._tcp.foo.db.global", Type: "SRV"},
+		{Name: "west.foo.db.global", Type: "A"},
+		{Name: "foo-1.north.foo.db.global", Type: "A"},
+		{Name: "foo.db.global", Type: "TXT", Class: "CH", TCP: true}, // why: each record's cluster, tier and state
 	}
 }
 
@@ -142,17 +150,19 @@ func (d *Demo) WaitAnswers(ctx context.Context) error {
 
 // Show prints each suggested query with its answer, as dig would show the answer section.
 func (d *Demo) Show(w io.Writer) {
-	c := &dns.Client{Timeout: time.Second}
+	host, port, _ := net.SplitHostPort(d.Addr)
 	for _, q := range Queries() {
 		m := new(dns.Msg)
 		m.SetQuestion(dns.Fqdn(q.Name), dns.StringToType[q.Type])
-		class := ""
+		class, flags, c := "", "", &dns.Client{Timeout: time.Second}
 		if q.Class != "" {
 			m.Question[0].Qclass, class = dns.StringToClass[q.Class], q.Class+" "
 		}
+		if q.TCP {
+			flags, c.Net = " +tcp", "tcp"
+		}
 		r, _, err := c.Exchange(m, d.Addr)
-		host, port, _ := net.SplitHostPort(d.Addr)
-		fmt.Fprintf(w, "\n$ dig @%s -p %s %s%s %s +short\n", host, port, class, q.Type, q.Name)
+		fmt.Fprintf(w, "\n$ dig @%s -p %s %s%s %s%s +short\n", host, port, class, q.Type, q.Name, flags)
 		if err != nil {
 			fmt.Fprintf(w, "  (error: %v)\n", err)
 			continue
@@ -162,6 +172,9 @@ func (d *Demo) Show(w io.Writer) {
 		}
 		if len(r.Answer) == 0 {
 			fmt.Fprintf(w, "  (%s)\n", dns.RcodeToString[r.Rcode])
+		}
+		if r.Truncated {
+			fmt.Fprintf(w, "  (truncated)\n")
 		}
 	}
 }

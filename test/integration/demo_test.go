@@ -28,13 +28,28 @@ func TestDemo(t *testing.T) {
 		t.Errorf("the demo does not show the local pods first:\n%s", shown.String())
 	}
 	for _, want := range []string{
-		"CH TXT foo.db.global +short\n  \"service=db/foo records=7 left-out=0 synced=true",
+		"CH TXT foo.db.global +tcp +short\n  \"service=db/foo records=7 left-out=0 synced=true",
 		"SRV _tcp-db._tcp.foo.db.global +short\n  0 33 5432 foo-0.east.foo.db.global.\n",
 		"2 50 5432 foo-0.west.foo.db.global.\n",
 		"3 50 5432 foo-1.north.foo.db.global.\n",
 	} {
 		if !strings.Contains(shown.String(), want) {
 			t.Errorf("the demo does not show %q:\n%s", want, shown.String())
+		}
+	}
+	// The explanation whole: a line for each of the 7 records, none cut off.
+	_, why, _ := strings.Cut(shown.String(), "CH TXT foo.db.global +tcp +short\n")
+	why, _, _ = strings.Cut(why, "\n$ ")
+	if strings.Contains(why, "(truncated)") || strings.Count(why, "addr=") != 7 {
+		t.Errorf("the demo's explanation is not whole:\n%s", why)
+	}
+	for _, rec := range []string{
+		"host=foo-0 cluster=east tier=0", "host=foo-1 cluster=east tier=0", "host=foo-2 cluster=east tier=0",
+		"host=foo-0 cluster=west tier=2", "host=foo-1 cluster=west tier=2",
+		"host=foo-0 cluster=north tier=3", "host=foo-1 cluster=north tier=3",
+	} {
+		if !strings.Contains(why, rec) {
+			t.Errorf("the demo's explanation has no line with %q:\n%s", rec, why)
 		}
 	}
 }
