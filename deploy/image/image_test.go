@@ -206,6 +206,6 @@ func TestPush(t *testing.T) {
 	}
 	t.Logf("crane push %s: %s %s", tarball, desc.MediaType, desc.Digest)
 	if desc.MediaType.IsIndex() {
-		t.Errorf("crane push of the tarball pushed an index: update the README, it can push the tarball")
+		t.Errorf("crane push of the tarball pushed an index: update docs/install.md, it can push the tarball")
 	}
 }

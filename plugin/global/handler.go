@@ -248,7 +248,7 @@ func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot
 	if svc = preferred(g.preferNamespaces, named); svc != nil {
 		return svc, true
 	}
-	// NXDOMAIN, not REFUSED: measured (README), REFUSED sends clients on to every other
+	// NXDOMAIN, not REFUSED: measured (docs/design.md), REFUSED sends clients on to every other
 	// nameserver in resolv.conf, public ones included, and applications see a temporary
 	// failure. A namespace of that name whose services answer, or the nameserver's name below
 	// it, keeps the name an empty non-terminal: NODATA.

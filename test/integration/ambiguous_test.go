@@ -165,7 +165,7 @@ func TestAmbiguousShortNameClients(t *testing.T) {
 }
 
 // startClusterDNS starts a bin/coredns standing in for the cluster DNS on ip:53: global
-// forwarded to upstream as README.md's install step configures it, cluster.local answered
+// forwarded to upstream as docs/install.md's step 2 configures it, cluster.local answered
 // NXDOMAIN (the search domains), every query logged. The harness's readiness probe uses a block
 // on 127.0.0.1.
 func startClusterDNS(t *testing.T, ip, upstream string) *harness.CoreDNS {

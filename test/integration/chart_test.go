@@ -264,8 +264,8 @@ func TestChartInstall(t *testing.T) {
 	_, err := harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
 	must(t, err)
 
-	// The README's install, then an upgrade: the Service's address is known from then on.
-	install := readmeCommand(t, "helm install coredns-global ")
+	// The install guide's command, then an upgrade: the Service's address is known from then on.
+	install := docCommand(t, "docs/install.md", "helm install coredns-global ")
 	notes := harness.RunHelm(t, h["helm4"], cp, install...)
 	if !strings.Contains(notes, "kubectl -n coredns-global get service coredns-global") {
 		t.Errorf("install notes:\n%s", notes)
@@ -308,15 +308,15 @@ func TestChartInstall(t *testing.T) {
 	}
 }
 
-// readmeCommand returns the arguments of the command of README.md's that starts with prefix,
-// without its program name, with its paths made absolute.
-func readmeCommand(t *testing.T, prefix string) []string {
+// docCommand returns the arguments of the command of the Markdown file doc (relative to the
+// repository) that starts with prefix, without its program name, with its paths made absolute.
+func docCommand(t *testing.T, doc, prefix string) []string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	must(t, err)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	text, err := os.ReadFile(filepath.Join(root, doc))
 	must(t, err)
-	for _, line := range strings.Split(string(readme), "\n") {
+	for _, line := range strings.Split(string(text), "\n") {
 		if line = strings.TrimSpace(line); strings.HasPrefix(line, prefix) {
 			args := strings.Fields(line)[1:]
 			for i, a := range args {
@@ -327,7 +327,7 @@ func readmeCommand(t *testing.T, prefix string) []string {
 			return args
 		}
 	}
-	t.Fatalf("README.md has no command %q", prefix)
+	t.Fatalf("%s has no command %q", doc, prefix)
 	return nil
 }
 

@@ -13,7 +13,7 @@ import (
 
 // TestProtocolCompliance asks the real bin/coredns, over UDP and TCP, the questions of ISC's EDNS
 // compatibility tests and of RFC 8906 (a server must answer, correctly, whatever it is asked), plus
-// case, name length and answer size limits. The dig equivalents are in plugin/global/README.md.
+// case, name length and answer size limits. The dig equivalents are in docs/troubleshooting.md.
 func TestProtocolCompliance(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)

@@ -2,8 +2,10 @@ package integration
 
 import (
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,10 +14,10 @@ import (
 	"github.com/miekg/dns"
 )
 
-// TestCorefilesStart starts every example Corefile and every ```corefile block of the READMEs, as
-// written, against the control plane, and asks each for its zones' apex. Only listen ports are
-// changed (to free ones), and relative file paths are resolved from the repository root, where a
-// user runs them.
+// TestCorefilesStart starts every example Corefile and every ```corefile block of every Markdown
+// file of the repository, as written, against the control plane, and asks each for its zones'
+// apex. Only listen ports are changed (to free ones), and relative file paths are resolved from the
+// repository root, where a user runs them. A new document is covered without a change here.
 func TestCorefilesStart(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	must(t, err)
@@ -27,8 +29,21 @@ func TestCorefilesStart(t *testing.T) {
 	for _, f := range files {
 		examples[strings.TrimPrefix(f, root+"/")] = readFile(t, f)
 	}
-	for _, doc := range []string{"README.md", "plugin/global/README.md"} {
-		for i, block := range fencedBlocks(readFile(t, filepath.Join(root, doc)), "corefile") {
+	docs := markdownFiles(t, root)
+	for _, doc := range []string{"README.md", "plugin/global/README.md", "docs/install.md"} {
+		if !slices.Contains(docs, doc) {
+			t.Fatalf("the walk missed %s: %v", doc, docs)
+		}
+	}
+	for _, doc := range docs {
+		text := readFile(t, filepath.Join(root, doc))
+		blocks := fencedBlocks(text, "corefile")
+		// A fence the block pattern does not read (no closing fence, a stray character) would
+		// leave its Corefile untested, silently.
+		if n := len(corefileFence.FindAllString(text, -1)); n != len(blocks) {
+			t.Errorf("%s: %d corefile fences, %d blocks read", doc, n, len(blocks))
+		}
+		for i, block := range blocks {
 			examples[fmt.Sprintf("%s block %d", doc, i+1)] = block
 		}
 	}
@@ -51,6 +66,35 @@ func TestCorefilesStart(t *testing.T) {
 		})
 	}
 }
+
+// markdownFiles returns the path, relative to root, of every Markdown file under root, outside
+// hidden directories, bin/ (build output) and testdata/.
+func markdownFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(d.Name(), ".md") {
+			rel, err := filepath.Rel(root, path)
+			out = append(out, filepath.ToSlash(rel))
+			return err
+		}
+		return nil
+	})
+	must(t, err)
+	return out
+}
+
+// corefileFence is the opening fence of a corefile block.
+var corefileFence = regexp.MustCompile("(?m)^[ \t]*(```|~~~) ?corefile[ \t]*$")
 
 // fencedBlocks returns the bodies of the fenced code blocks (``` or ~~~) tagged lang.
 func fencedBlocks(doc, lang string) []string {
@@ -82,7 +126,7 @@ var (
 	serverKey  = regexp.MustCompile(`(?m)^(\S[^{\n]*?)\{\s*$`)
 	port       = regexp.MustCompile(`:\d+`)
 	listenAddr = regexp.MustCompile(`(?m)^(\s*)(ready|health|prometheus)(\s+\S*:\d+)?(\s*\{)?\s*$`)
-	globalLine = regexp.MustCompile(`(?m)^\s*global((?:\s+[^\s{]+)*)\s*\{?\s*$`)
+	globalLine = regexp.MustCompile(`(?m)^[ \t]*global((?:[ \t]+[^\s{]+)*)[ \t]*\{?[ \t]*$`)
 	kubeBlock  = regexp.MustCompile(`(?m)^([ \t]*)kubernetes\b[^{\n]*\{[ \t]*$`)
 )
 
@@ -105,19 +149,37 @@ func localize(corefile, root string) string {
 	})
 }
 
-// zones returns the zones of the global plugin in corefile (global. when it names none, none
-// when the Corefile does not use it, as the cluster DNS's forwarding block).
+// zones returns the zones of the global plugin in corefile, as setup reads them: its arguments,
+// or without any its server block's zones, global. for the root; none when the Corefile does not
+// use it, as the cluster DNS's forwarding block.
 func zones(corefile string) []string {
-	m := globalLine.FindStringSubmatch(corefile)
+	m := globalLine.FindStringSubmatchIndex(corefile)
 	if m == nil {
 		return nil
 	}
-	if strings.TrimSpace(m[1]) == "" {
-		return []string{"global."}
+	args := strings.Fields(corefile[m[2]:m[3]])
+	if len(args) == 0 {
+		// The server block is the last one opened before the directive.
+		keys := serverKey.FindAllStringSubmatch(corefile[:m[0]], -1)
+		if len(keys) == 0 {
+			return []string{"global."}
+		}
+		for _, k := range strings.Fields(keys[len(keys)-1][1]) {
+			if _, host, ok := strings.Cut(k, "://"); ok {
+				k = host
+			}
+			if i := strings.LastIndex(k, ":"); i >= 0 {
+				k = k[:i]
+			}
+			args = append(args, k)
+		}
 	}
 	var out []string
-	for _, z := range strings.Fields(m[1]) {
-		out = append(out, dns.Fqdn(z))
+	for _, z := range args {
+		if z = dns.Fqdn(strings.ToLower(z)); z == "." {
+			z = "global."
+		}
+		out = append(out, z)
 	}
 	return out
 }

@@ -51,7 +51,7 @@ func as[T any](t *testing.T, u *unstructured.Unstructured) *T {
 }
 
 // TestDeployRenders: both kustomizations render, the API server accepts every object (server-side
-// dry run), and they say what the README says.
+// dry run), and they say what docs/install.md says.
 func TestDeployRenders(t *testing.T) {
 	for _, dir := range []string{"deploy/base", "deploy/overlays/ha"} {
 		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 
 // The oracle: what every replica must answer and what the writer must have written, computed
 // from the API's current objects alone, by the rules of the plugin's README (Description,
-// Names, Linked cluster liveness, EndpointSlices), as plainly as they can be written. It shares
+// Names), docs/design.md (Linked cluster liveness) and docs/endpointslices.md, as plainly as they can be written. It shares
 // no code with index/ or writer/ on purpose: a bug there must not be copied here.
 
 // oracleRecord is one member endpoint.

@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestRecipes checks, name for name, what the plugin README's Recipes section tells etcd,
-// CockroachDB, MongoDB, Kafka and Cassandra users to configure: over UDP and TCP, with miekg/dns
-// for the exact answer and with Go's own resolver making the calls these programs make
-// (net.LookupSRV, LookupTXT, LookupIPAddr).
+// TestRecipes checks, name for name, what docs/recipes.md tells etcd, CockroachDB, MongoDB,
+// Kafka and Cassandra users to configure: over UDP and TCP, with miekg/dns for the exact answer
+// and with Go's own resolver making the calls these programs make (net.LookupSRV, LookupTXT,
+// LookupIPAddr).
 func TestRecipes(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
