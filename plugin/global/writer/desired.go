@@ -51,9 +51,14 @@ type group struct {
 	family  discoveryv1.AddressType
 }
 
+// compareGroups orders groups by cluster and family.
+func compareGroups(a, b group) int {
+	return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.family, b.family))
+}
+
 // endpoint is one desired endpoint of a slice.
 type endpoint struct {
-	id       string // host and address: what identifies an endpoint across rewrites
+	id       string // hostname/address: the order in which new endpoints fill slices
 	ep       discoveryv1.Endpoint
 	ports    []discoveryv1.EndpointPort
 	portsKey string // slices hold endpoints with equal ports only
@@ -286,77 +291,4 @@ func sliceIndex(name, svc string, g group) (int, bool) {
 		return 0, false
 	}
 	return i, true
-}
-
-// placed is one desired slice: its index in the group and its endpoints.
-type placed struct {
-	index     int
-	ports     []discoveryv1.EndpointPort
-	portsKey  string
-	endpoints []discoveryv1.Endpoint
-}
-
-// place assigns want to slices the way Kubernetes' EndpointSlice reconcilers do, so that a change
-// touches as few slices as possible: an endpoint stays in the slice that holds it (updated in
-// place); new endpoints fill slices with room, lowest index first; then new slices. current maps
-// the index of each existing slice of the group to the ids of its endpoints, in order.
-func place(want []endpoint, current map[int][]string, currentPorts map[int]string, max int) []placed {
-	byID := make(map[string]*endpoint, len(want))
-	for i := range want {
-		byID[want[i].id] = &want[i]
-	}
-	var out []placed
-	indexes := slices.Sorted(func(yield func(int) bool) {
-		for i := range current {
-			if !yield(i) {
-				return
-			}
-		}
-	})
-	for _, i := range indexes {
-		// Sized as it was: appended to, 100 endpoints would be copied seven times.
-		p := placed{index: i, portsKey: currentPorts[i], endpoints: make([]discoveryv1.Endpoint, 0, min(len(current[i]), max))}
-		for _, id := range current[i] {
-			if e, ok := byID[id]; ok && e.portsKey == p.portsKey && len(p.endpoints) < max {
-				p.ports = e.ports
-				p.endpoints = append(p.endpoints, e.ep)
-				delete(byID, id)
-			}
-		}
-		out = append(out, p)
-	}
-
-	rest := make([]*endpoint, 0, len(byID))
-	for _, e := range byID {
-		rest = append(rest, e)
-	}
-	slices.SortFunc(rest, compareRest)
-	for _, e := range rest {
-		i := slices.IndexFunc(out, func(p placed) bool { return p.portsKey == e.portsKey && len(p.endpoints) < max })
-		if i < 0 {
-			// A slice emptied by this change is reused (its ports change in place) before a new one.
-			i = slices.IndexFunc(out, func(p placed) bool { return len(p.endpoints) == 0 })
-		}
-		if i < 0 {
-			out = append(out, placed{index: nextFree(out)})
-			i = len(out) - 1
-		}
-		out[i].portsKey, out[i].ports = e.portsKey, e.ports
-		out[i].endpoints = append(out[i].endpoints, e.ep)
-	}
-	// Empty slices are deleted: drop them from the desired set.
-	return slices.DeleteFunc(out, func(p placed) bool { return len(p.endpoints) == 0 })
-}
-
-// compareRest orders the endpoints that no slice holds, as they fill slices.
-func compareRest(a, b *endpoint) int {
-	return cmp.Or(cmp.Compare(a.portsKey, b.portsKey), cmp.Compare(a.id, b.id))
-}
-
-func nextFree(ps []placed) int {
-	for i := 0; ; i++ {
-		if !slices.ContainsFunc(ps, func(p placed) bool { return p.index == i }) {
-			return i
-		}
-	}
 }

@@ -72,65 +72,6 @@ func TestSliceNames(t *testing.T) {
 	}
 }
 
-func endpoints(n int, ports string) []endpoint {
-	out := make([]endpoint, n)
-	for i := range out {
-		id := fmt.Sprintf("h%03d/10.0.0.%d", i, i)
-		out[i] = endpoint{id: id, ep: discoveryv1.Endpoint{Addresses: []string{id}}, portsKey: ports}
-	}
-	return out
-}
-
-func ids(ps []placed) map[int][]string {
-	out := map[int][]string{}
-	for _, p := range ps {
-		for _, e := range p.endpoints {
-			out[p.index] = append(out[p.index], e.Addresses[0])
-		}
-	}
-	return out
-}
-
-func TestPlace(t *testing.T) {
-	want := endpoints(250, "p")
-	first := place(want, nil, nil, 100)
-	if len(first) != 3 || len(first[0].endpoints) != 100 || len(first[2].endpoints) != 50 {
-		t.Fatalf("250 endpoints: %d slices", len(first))
-	}
-	current, ports := ids(first), map[int]string{0: "p", 1: "p", 2: "p"}
-
-	// Nothing changed: the same slices, the same order.
-	if again := ids(place(want, current, ports, 100)); fmt.Sprint(again) != fmt.Sprint(current) {
-		t.Error("no change moved endpoints")
-	}
-
-	// One endpoint goes, one comes: only the slices holding them change.
-	changed := append(slices.Clone(want[:150]), want[151:]...)
-	changed = append(changed, endpoint{id: "new/10.1.0.1", ep: discoveryv1.Endpoint{Addresses: []string{"new/10.1.0.1"}}, portsKey: "p"})
-	after := ids(place(changed, current, ports, 100))
-	if fmt.Sprint(after[0]) != fmt.Sprint(current[0]) {
-		t.Error("slice 0 changed though none of its endpoints did")
-	}
-	if len(after[1]) != 100 || slices.Contains(after[1], want[150].id) || !slices.Contains(after[1], "new/10.1.0.1") {
-		t.Errorf("slice 1 should lose h150 and take the new endpoint: %v", after[1])
-	}
-	if fmt.Sprint(after[2]) != fmt.Sprint(current[2]) {
-		t.Error("slice 2 changed")
-	}
-
-	// Endpoints with other ports get slices of their own; an emptied slice is reused in place.
-	other := endpoints(3, "q")
-	mixed := append(slices.Clone(want[:100]), other...)
-	res := place(mixed, current, ports, 100)
-	byIndex := map[int]placed{}
-	for _, p := range res {
-		byIndex[p.index] = p
-	}
-	if len(res) != 2 || byIndex[0].portsKey != "p" || byIndex[1].portsKey != "q" || len(byIndex[1].endpoints) != 3 {
-		t.Errorf("mixed ports: %+v", res)
-	}
-}
-
 func TestDesired(t *testing.T) {
 	src := indextest.New()
 	k := index.Key{Namespace: "db", Name: "foo"}
@@ -205,29 +146,6 @@ func BenchmarkDesiredEndpoints(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if n := len(desiredEndpoints(svc, hostnames(svc.Records()))); n != 1 {
-			b.Fatal(n)
-		}
-	}
-}
-
-// BenchmarkPlace places the 10,000 desired endpoints of BenchmarkDesiredEndpoints' service in the
-// 100 slices that already hold them: what every sync of it does after computing them.
-func BenchmarkPlace(b *testing.B) {
-	_, _, _, _, svc := bigGlobalService(10000)
-	var want []endpoint
-	for _, w := range desiredEndpoints(svc, hostnames(svc.Records())) {
-		want = w
-	}
-	current, currentPorts := map[int][]string{}, map[int]string{}
-	for _, p := range place(want, nil, nil, 100) {
-		for _, e := range p.endpoints {
-			current[p.index] = append(current[p.index], *e.Hostname+"/"+e.Addresses[0])
-		}
-		currentPorts[p.index] = p.portsKey
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if n := len(place(want, current, currentPorts, 100)); n != 100 {
 			b.Fatal(n)
 		}
 	}

@@ -2,12 +2,10 @@ package writer
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -255,147 +253,6 @@ func serviceUpToDate(have, want *corev1.Service) bool {
 	return true
 }
 
-// syncSlices writes the slices of set for every group of s: creates and updates first, deletions
-// last, so an endpoint moving between slices is never missing. A big service's sync leaves a plan,
-// from which the next one writes what changed only (see plan).
-func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, s *index.Service, have []*discoveryv1.EndpointSlice) error {
-	key := planKey{k, set.blocks}
-	if p := r.plans.take(key); p != nil {
-		if done, err := r.syncPlan(ctx, k, set, s, have, p); done {
-			telemetry.WriterSliceSyncs.WithLabelValues("changes").Inc()
-			if err == nil {
-				r.plans.put(key, p)
-			}
-			return err
-		}
-	}
-	telemetry.WriterSliceSyncs.WithLabelValues("whole").Inc()
-	var names map[clusterHost]string
-	if !set.hosts {
-		names = hostnames(s.Records())
-	}
-	want := desiredEndpoints(s, names)
-	var p *plan
-	if s.Big() {
-		p = newPlan(s, set.owner.UID, exceptions(names))
-	}
-	byGroup := map[group]map[int]*discoveryv1.EndpointSlice{}
-	var obsolete []*discoveryv1.EndpointSlice
-	for _, es := range have {
-		g := group{es.Labels[LabelCluster], es.AddressType}
-		i, ok := sliceIndex(es.Name, set.prefix, g)
-		if !ok {
-			obsolete = append(obsolete, es)
-			continue
-		}
-		if byGroup[g] == nil {
-			byGroup[g] = map[int]*discoveryv1.EndpointSlice{}
-		}
-		byGroup[g][i] = es
-	}
-	groups := slices.Collect(maps.Keys(want))
-	for g := range byGroup {
-		if _, ok := want[g]; !ok {
-			groups = append(groups, g)
-		}
-	}
-	slices.SortFunc(groups, compareGroups)
-
-	var errs []error
-	for _, g := range groups {
-		cur := byGroup[g]
-		ids, portsKeys := map[int][]string{}, map[int]string{}
-		for i, es := range cur {
-			ids[i], portsKeys[i] = endpointIDs(es), portsKey(es.Ports)
-		}
-		placed := place(want[g], ids, portsKeys, r.cfg.MaxEndpoints)
-		for _, pl := range placed {
-			desired := set.slice(g, pl)
-			rv, err := r.writeSlice(ctx, k, set, cur[pl.index], desired)
-			delete(cur, pl.index)
-			errs = append(errs, err)
-			if p != nil {
-				p.written[desired.Name] = rv
-			}
-		}
-		if p != nil && len(placed) > 0 {
-			p.add(g, placed)
-		}
-		for _, es := range cur {
-			obsolete = append(obsolete, es)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	for _, es := range obsolete {
-		errs = append(errs, r.deleteSlice(ctx, es))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if p != nil {
-		r.plans.put(key, p)
-	}
-	return nil
-}
-
-// compareGroups orders groups by cluster and family.
-func compareGroups(a, b group) int {
-	return cmp.Or(cmp.Compare(a.cluster, b.cluster), cmp.Compare(a.family, b.family))
-}
-
-// sliceSet is one set of slices written for a global service: the -global Service's or, with
-// serviceimports on, the ServiceImport's. Slices are named <prefix>-<cluster>-<family>-<i>.
-type sliceSet struct {
-	namespace, prefix string
-	hosts             bool              // endpoint hostnames are the hosts' own (MCS), not <host>-<cluster>
-	labels            map[string]string // besides the cluster's
-	clusterLabels     []string          // labels whose value is the slice's member cluster
-	mesh              meshFunc          // nil: nothing for mesh-aware clients (MCS)
-	owner             metav1.OwnerReference
-	blocks            string // what a conflict on one of its names blocks
-}
-
-// globalSet is the slices of the -global Service svc.
-func globalSet(k index.Key, svc *corev1.Service, owner string, mesh meshFunc) sliceSet {
-	labels := ownLabels(k.Name, owner)
-	labels[discoveryv1.LabelServiceName] = svc.Name
-	labels[discoveryv1.LabelManagedBy] = ControllerName
-	return sliceSet{
-		namespace: svc.Namespace, prefix: svc.Name, labels: labels, clusterLabels: []string{LabelCluster}, mesh: mesh,
-		// The Service controls its slices (the garbage collector deletes them with it). No
-		// blockOwnerDeletion: it would need update rights on services/finalizers on clusters
-		// that enforce owner-reference permissions, and nothing waits on it.
-		owner:  metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true)},
-		blocks: blocksGlobal,
-	}
-}
-
-// slice builds desired slice p of group g.
-func (set sliceSet) slice(g group, p placed) *discoveryv1.EndpointSlice {
-	labels := maps.Clone(set.labels)
-	for _, l := range set.clusterLabels {
-		labels[l] = g.cluster
-	}
-	var annotations map[string]string
-	if set.mesh != nil {
-		annotations = set.mesh(g.cluster)
-	}
-	return &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       set.namespace,
-			Name:            sliceName(set.prefix, g, p.index),
-			Labels:          labels,
-			Annotations:     annotations,
-			OwnerReferences: []metav1.OwnerReference{set.owner},
-		},
-		AddressType: g.family,
-		Endpoints:   p.endpoints,
-		Ports:       p.ports,
-	}
-}
-
 // writeSlice makes want of have (nil: creates it) and returns the slice's resourceVersion then.
 func (r *reconciler) writeSlice(ctx context.Context, k index.Key, set sliceSet, have, want *discoveryv1.EndpointSlice) (string, error) {
 	if have != nil {
@@ -454,10 +311,10 @@ func preconditions(m *metav1.ObjectMeta) metav1.DeleteOptions {
 	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID, ResourceVersion: &m.ResourceVersion}}
 }
 
-// sliceUpToDate compares whole ordered endpoint lists: place keeps every endpoint where it was, so
-// equal slices list them in the same order. k8s.io/endpointslice's way (an EndpointSet of the
-// desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash) would
-// let foreign edits of fields it skips (hints) stand.
+// sliceUpToDate compares whole ordered endpoint lists: placement keeps every endpoint where it
+// was, so equal slices list them in the same order. k8s.io/endpointslice's way (an EndpointSet of
+// the desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash)
+// would let foreign edits of fields it skips (hints) stand.
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 	for k, v := range want.Labels {
 		if have.Labels[k] != v {
@@ -517,17 +374,6 @@ func portsKey(ps []discoveryv1.EndpointPort) string {
 		ip = append(ip, index.Port{Name: *p.Name, Port: ptr.Deref(p.Port, 0), Protocol: string(*p.Protocol)})
 	}
 	return index.PortsKey(ip)
-}
-
-// endpointIDs returns the ids (hostname/address) of a stored slice's endpoints, in order.
-func endpointIDs(es *discoveryv1.EndpointSlice) []string {
-	out := make([]string, 0, len(es.Endpoints))
-	for _, e := range es.Endpoints {
-		if len(e.Addresses) > 0 {
-			out = append(out, ptr.Deref(e.Hostname, "")+"/"+e.Addresses[0])
-		}
-	}
-	return out
 }
 
 // counted records a successful write in the changes metric and passes err on.
