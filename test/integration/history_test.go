@@ -455,7 +455,9 @@ func (h *history) deleteNamespace(ns string) (string, error) {
 		}
 	}
 	h.live = slices.DeleteFunc(h.live, func(s string) bool { return s == ns })
-	eventually(h.t, "namespace "+ns+" gone", func() error {
+	// kube-controller-manager's namespace controller deletes the contents; after a fault step
+	// restarted the API server, its watches come back within client-go's backoff first.
+	eventuallyLong(h.t, "namespace "+ns+" gone", func() error {
 		_, err := h.cp.Client.CoreV1().Namespaces().Get(h.ctx, ns, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
