@@ -132,13 +132,7 @@ func BenchmarkRebuild(b *testing.B) {
 			ix.Start()
 			ix.Publish()
 			// Each slice in turn, as it is and with its first endpoint's readiness flipped.
-			flipped := make([]*index.Slice, len(sls))
-			for i, sl := range sls {
-				f := *sl
-				f.Endpoints = slices.Clone(sl.Endpoints)
-				f.Endpoints[0] = indextest.NotReady(f.Endpoints[0])
-				flipped[i] = &f
-			}
+			flipped := indextest.FirstNotReady(sls)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {

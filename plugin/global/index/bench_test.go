@@ -55,13 +55,7 @@ func BenchmarkMerge(b *testing.B) {
 		b.Run(fmt.Sprintf("flip/endpoints=%d", n), func(b *testing.B) {
 			src, k, ms := benchService(n, false)
 			sls := src.Slices(ms[0])
-			flipped := make([]*index.Slice, len(sls))
-			for i, sl := range sls {
-				f := *sl
-				f.Endpoints = slices.Clone(sl.Endpoints)
-				f.Endpoints[0] = indextest.NotReady(f.Endpoints[0])
-				flipped[i] = &f
-			}
+			flipped := indextest.FirstNotReady(sls)
 			prev := topo.Build(k, src)
 			b.ReportAllocs()
 			i := 0

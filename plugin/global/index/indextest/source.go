@@ -127,6 +127,19 @@ func NotReady(e index.Endpoint) index.Endpoint {
 	return e
 }
 
+// FirstNotReady returns copies of sls, each with its first endpoint not ready: a readiness flip
+// per slice, for benchmarks of one change.
+func FirstNotReady(sls []*index.Slice) []*index.Slice {
+	out := make([]*index.Slice, len(sls))
+	for i, sl := range sls {
+		f := *sl
+		f.Endpoints = slices.Clone(sl.Endpoints)
+		f.Endpoints[0] = NotReady(f.Endpoints[0])
+		out[i] = &f
+	}
+	return out
+}
+
 // Slice returns a slice of the family of its first endpoint's address.
 func Slice(ports []index.Port, eps ...index.Endpoint) *index.Slice {
 	fam := index.IPv4
