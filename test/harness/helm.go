@@ -1,33 +1,33 @@
 package harness
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
-// The pinned Helm CLIs that `make helm` builds from test/tools/helm3 and test/tools/helm4: the
-// chart must work with both majors.
+// What `make test` builds besides the control plane, and the variables that name them: the pinned
+// Helm CLIs (test/tools/helm3, helm4: the chart must work with both majors), promtool
+// (test/tools/promtool) and the image tarball (`make image`).
 const (
-	EnvHelm3Bin = "GLOBAL_HELM3_BIN"
-	EnvHelm4Bin = "GLOBAL_HELM4_BIN"
+	EnvHelm3Bin    = "GLOBAL_HELM3_BIN"
+	EnvHelm4Bin    = "GLOBAL_HELM4_BIN"
+	EnvPromtoolBin = "GLOBAL_PROMTOOL_BIN"
+	EnvImageTar    = "GLOBAL_IMAGE_TAR"
 )
 
-// Helm returns the path of the Helm CLI named by env (EnvHelm3Bin or EnvHelm4Bin), or an error
-// that says how to build it.
-func Helm(env string) (string, error) {
-	bin := os.Getenv(env)
-	if bin == "" {
-		return "", fmt.Errorf("%s is not set: run `make helm` (or `make test`), which builds Helm and sets it", env)
+// Built returns the path the variable env names, of what `make target` builds, or an error that
+// says how to build it.
+func Built(env, target string) (string, error) {
+	path := os.Getenv(env)
+	if path == "" {
+		return "", fmt.Errorf("%s is not set: run `make %s` (or `make test`), which builds it and sets it", env, target)
 	}
-	if _, err := os.Stat(bin); err != nil {
-		return "", fmt.Errorf("no Helm at %s: run `make helm` (or `make test`), which builds it", bin)
+	if st, err := os.Stat(path); err != nil || st.IsDir() {
+		return "", fmt.Errorf("nothing at %s=%s: run `make %s` (or `make test`), which builds it", env, path, target)
 	}
-	return bin, nil
+	return path, nil
 }
 
 // TryHelm runs the Helm CLI bin with args, against cp as its admin when cp is not nil, with
@@ -38,15 +38,9 @@ func TryHelm(t testing.TB, bin string, cp *ControlPlane, args ...string) (string
 		args = append(args, "--kubeconfig", cp.Kubeconfig)
 	}
 	home := t.TempDir()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
+	env := []string{"HELM_CACHE_HOME=" + filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME=" + filepath.Join(home, "config"), "HELM_DATA_HOME=" + filepath.Join(home, "data")}
+	return runTool("helm", bin, env, "", args...)
 }
 
 // RunHelm is TryHelm failing the test on an error.

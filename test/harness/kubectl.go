@@ -44,12 +44,19 @@ func TryKubectl(cp *ControlPlane, stdin string, args ...string) (string, error) 
 	if cp != nil {
 		args = append([]string{"--kubeconfig", cp.Kubeconfig}, args...)
 	}
+	return runTool("kubectl", bin, nil, stdin, args...)
+}
+
+// runTool runs bin, a command-line tool called name, with args, env added to the environment and
+// stdin, and returns its stdout, or an error with the command line and its stderr.
+func runTool(name, bin string, env []string, stdin string, args ...string) (string, error) {
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		return stdout.String(), fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), nil
 }

@@ -25,7 +25,7 @@ func helms(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for name, env := range map[string]string{"helm3": harness.EnvHelm3Bin, "helm4": harness.EnvHelm4Bin} {
-		bin, err := harness.Helm(env)
+		bin, err := harness.Built(env, "helm")
 		must(t, err)
 		out[name] = bin
 	}
@@ -34,9 +34,7 @@ func helms(t *testing.T) map[string]string {
 
 func chartPath(t *testing.T, file string) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
-	must(t, err)
-	return filepath.Join(root, "deploy/chart", file)
+	return repoPath(t, "deploy/chart", file)
 }
 
 // helmTemplate renders the chart as release coredns-global in namespace coredns-global.
@@ -219,9 +217,7 @@ func TestChartValues(t *testing.T) {
 // checkCorefileParses starts bin/coredns on corefile long enough to know CoreDNS accepted it.
 func checkCorefileParses(t *testing.T, corefile string) {
 	t.Helper()
-	root, err := filepath.Abs("../..")
-	must(t, err)
-	c := harness.StartCoreDNS(t, cp, localize(corefile, root), harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "CLUSTER_NAME=east", "POD_NAMESPACE=default"))
+	c := harness.StartCoreDNS(t, cp, localize(corefile, repoPath(t)), harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "CLUSTER_NAME=east", "POD_NAMESPACE=default"))
 	c.Stop()
 }
 
@@ -312,8 +308,7 @@ func TestChartInstall(t *testing.T) {
 // repository) that starts with prefix, without its program name, with its paths made absolute.
 func docCommand(t *testing.T, doc, prefix string) []string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
-	must(t, err)
+	root := repoPath(t)
 	text, err := os.ReadFile(filepath.Join(root, doc))
 	must(t, err)
 	for _, line := range strings.Split(string(text), "\n") {
@@ -357,9 +352,7 @@ func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int
 			env = append(env, e.Name+"="+e.Value)
 		}
 	}
-	root, err := filepath.Abs("../..")
-	must(t, err)
-	tmpl := localize(cm.Data["Corefile"], root)
+	tmpl := localize(cm.Data["Corefile"], repoPath(t))
 	var out []*harness.CoreDNS
 	for range n {
 		out = append(out, harness.StartCoreDNS(t, nil, tmpl, harness.WithEnv(env...)))

@@ -19,8 +19,7 @@ import (
 // apex. Only listen ports are changed (to free ones), and relative file paths are resolved from the
 // repository root, where a user runs them. A new document is covered without a change here.
 func TestCorefilesStart(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	must(t, err)
+	root := repoPath(t)
 	// A control plane of its own: the examples watch every namespace and write EndpointSlices.
 	cp := harness.Start(t)
 	examples := map[string]string{}

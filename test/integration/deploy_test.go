@@ -19,8 +19,7 @@ import (
 // kustomize runs `kubectl kustomize` on a deploy/ directory and returns the objects, by kind/name.
 func kustomize(t *testing.T, dir string) (string, map[string]*unstructured.Unstructured) {
 	t.Helper()
-	root, err := filepath.Abs("../..")
-	must(t, err)
+	root := repoPath(t)
 	out := harness.RunKubectl(t, nil, "", "kustomize", filepath.Join(root, dir))
 	return out, objectsOf(t, out)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -67,8 +66,7 @@ func TestHA(t *testing.T) {
 	}
 	westToo, all := addrs[:4], slices.Clone(addrs)
 
-	root, err := filepath.Abs("../..")
-	must(t, err)
+	root := repoPath(t)
 	tmpl := localize(corefileText, root)
 	replica := func(kubeconfig string) *harness.CoreDNS {
 		return harness.StartCoreDNS(t, nil, tmpl, harness.WithEnv("KUBECONFIG="+kubeconfig, "KUBERNETES_SERVICE_HOST=",

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/globaldns/global/test/harness"
 )
 
 // The OCI image-spec documents TestImage reads, only the fields it checks.
@@ -134,13 +136,8 @@ type layerFile struct {
 // standard library: the layout, every blob's digest, each platform's config and files, that the
 // amd64 binary is ours, and that building again from the same inputs gives the same bytes.
 func TestImage(t *testing.T) {
-	path := os.Getenv("GLOBAL_IMAGE_TAR")
-	if path == "" {
-		t.Fatal("GLOBAL_IMAGE_TAR is not set: run `make image` (make test does) or set it to the image tarball")
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("%v: run `make image` first", err)
-	}
+	path, err := harness.Built(harness.EnvImageTar, "image")
+	must(t, err)
 	a := readImageArchive(t, path)
 
 	if string(a["oci-layout"]) != `{"imageLayoutVersion":"1.0.0"}` {
@@ -298,8 +295,7 @@ func TestImage(t *testing.T) {
 
 	// Reproducible: the builder, run again on the binaries taken out of the image and with the
 	// same tag, labels and epoch, writes the same bytes.
-	root, err := filepath.Abs("../..")
-	must(t, err)
+	root := repoPath(t)
 	again := filepath.Join(tmp, "again.oci.tar")
 	labels := idx.Annotations
 	cmd := exec.Command("go", "run", ".", "-tag", ref, "-o", again,

@@ -52,6 +52,14 @@ func namespace(t *testing.T) string {
 
 func client() kubernetes.Interface { return cp.Client }
 
+// repoPath is the absolute path of rel, a path from the repository's root (the root without one).
+func repoPath(t *testing.T, rel ...string) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	must(t, err)
+	return filepath.Join(append([]string{root}, rel...)...)
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

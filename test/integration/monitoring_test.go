@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -20,9 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
-
-// envPromtool names the promtool binary `make promtool` builds (and `make test` sets).
-const envPromtool = "GLOBAL_PROMTOOL_BIN"
 
 // ruleFile is the part of a Prometheus rule file the test reads.
 type ruleFile struct {
@@ -47,17 +43,11 @@ var metricName = regexp.MustCompile(`\b(?:coredns|process|go)_[a-z0-9_]*[a-z0-9]
 // every alert says how bad it is and what to do, the dashboard parses and uses its datasource
 // variable, and every metric the rules and the dashboard name is one bin/coredns exports.
 func TestMonitoring(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	must(t, err)
+	root := repoPath(t)
 	dir := filepath.Join(root, "deploy", "monitoring")
 
-	promtool := os.Getenv(envPromtool)
-	if promtool == "" {
-		t.Fatalf("%s is not set: run `make promtool` (or `make test`), which builds promtool and sets it", envPromtool)
-	}
-	if st, err := os.Stat(promtool); err != nil || st.IsDir() {
-		t.Fatalf("%s=%s is no promtool binary: run `make promtool`", envPromtool, promtool)
-	}
+	promtool, err := harness.Built(harness.EnvPromtoolBin, "promtool")
+	must(t, err)
 	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "rules_test.yaml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = dir
