@@ -225,47 +225,6 @@ func zoneArgs(c *caddy.Controller, args []string) ([]string, error) {
 	return zones, nil
 }
 
-// onOff parses an option that takes on (also no argument) or off.
-func onOff(c *caddy.Controller, opt string, args []string) (bool, error) {
-	switch {
-	case len(args) == 0, len(args) == 1 && args[0] == "on":
-		return true, nil
-	case len(args) == 1 && args[0] == "off":
-		return false, nil
-	}
-	return false, c.Errf("%s takes on or off, not %q", opt, strings.Join(args, " "))
-}
-
-// intArg parses an option's one argument, an integer in [lo, hi] (hi math.MaxInt: no bound).
-func intArg[T ~int | ~uint32](c *caddy.Controller, opt string, args []string, lo, hi int) (T, error) {
-	if len(args) != 1 {
-		return 0, c.ArgErr()
-	}
-	n, err := strconv.Atoi(args[0])
-	if err != nil || n < lo || n > hi {
-		if hi == math.MaxInt {
-			return 0, c.Errf("%s must be an integer >= %d, not %q", opt, lo, args[0])
-		}
-		return 0, c.Errf("%s must be an integer in [%d, %d], not %q", opt, lo, hi, args[0])
-	}
-	return T(n), nil
-}
-
-// durationArg parses an option's one argument, a duration >= 0, or > 0 when positive.
-func durationArg(c *caddy.Controller, opt string, args []string, positive bool) (time.Duration, error) {
-	if len(args) != 1 {
-		return 0, c.ArgErr()
-	}
-	d, err := time.ParseDuration(args[0])
-	switch {
-	case positive && (err != nil || d <= 0):
-		return 0, c.Errf("%s must be a positive duration, not %q", opt, args[0])
-	case err != nil || d < 0:
-		return 0, c.Errf("%s must be a duration >= 0, not %q", opt, args[0])
-	}
-	return d, nil
-}
-
 // parseKubeconfig parses `kubeconfig PATH [CONTEXT]`, and where it is, for the errors found when
 // the file is read.
 func (g *Global) parseKubeconfig(c *caddy.Controller, args []string) error {
@@ -396,30 +355,6 @@ func parsePolicy(c *caddy.Controller, args, zones []string, policies map[string]
 	return nil
 }
 
-// firstOf is the first of args, "" when there is none.
-func firstOf(args []string) string {
-	if len(args) == 0 {
-		return ""
-	}
-	return args[0]
-}
-
-// namesArg parses a list of namespace names.
-func namesArg(c *caddy.Controller, opt string, args []string) ([]string, error) {
-	if len(args) == 0 {
-		return nil, c.ArgErr()
-	}
-	for i, a := range args {
-		if err := dnsLabel(c, opt+" entry", a); err != nil {
-			return nil, err
-		}
-		if slices.Contains(args[:i], a) {
-			return nil, c.Errf("%s lists %q twice", opt, a)
-		}
-	}
-	return args, nil
-}
-
 // parseLocality parses `locality CLUSTER KEY=VALUE...` into loc.
 func parseLocality(c *caddy.Controller, args []string, loc map[string]map[string]string) error {
 	if len(args) < 2 {
@@ -473,37 +408,3 @@ func parseTopology(c *caddy.Controller, args []string) ([]string, error) {
 	return keys, nil
 }
 
-// localityKey expands the short forms zone and region and checks the key is a label key.
-func localityKey(c *caddy.Controller, k string) (string, error) {
-	switch k {
-	case "zone":
-		return index.ZoneKey, nil
-	case "region":
-		return index.RegionKey, nil
-	}
-	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-		return "", c.Errf("%q is not a label key: %s", k, strings.Join(errs, "; "))
-	}
-	return k, nil
-}
-
-func dnsLabel(c *caddy.Controller, what, s string) error {
-	if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
-		return c.Errf("%s %q is not a DNS label: %s", what, s, strings.Join(errs, "; "))
-	}
-	return nil
-}
-
-// validZone reports whether zone (normalized, with its final dot) is below the root and made of
-// DNS-1123 labels: every name we answer is built from such labels.
-func validZone(zone string) bool {
-	if zone == "." {
-		return false
-	}
-	for _, l := range strings.Split(strings.TrimSuffix(zone, "."), ".") {
-		if len(validation.IsDNS1123Label(l)) > 0 {
-			return false
-		}
-	}
-	return true
-}
