@@ -348,27 +348,7 @@ func (ix *Index) publish(dirty map[Key]time.Time) {
 // is s's own).
 func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
 	h := hashOf(k.Name)
-	at, was, depth := &s.root, old.root, 0
-	for {
-		n := *at
-		switch {
-		case n == nil:
-			n = &node{}
-		case n == was:
-			n = n.copy()
-		}
-		*at = n
-		if n.kids == nil {
-			break
-		}
-		if was != nil && was.kids != nil {
-			was = was.kids[kid(h, depth)]
-		} else {
-			was = nil
-		}
-		at = &n.kids[kid(h, depth)]
-		depth++
-	}
+	at, depth := s.path(old, h)
 	leaf := *at
 	e, had := leaf.leaf.find(k.Name, h)
 
@@ -410,6 +390,32 @@ func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
 		if s.namespaces[k.Namespace] += d; s.namespaces[k.Namespace] <= 0 {
 			delete(s.namespaces, k.Namespace)
 		}
+	}
+}
+
+// path makes s's nodes on the path of hash h its own, copying those still old's, down to the leaf
+// (made when there is none): it returns where the leaf hangs, and its depth.
+func (s *Snapshot) path(old *Snapshot, h uint64) (at **node, depth int) {
+	at, was := &s.root, old.root
+	for {
+		n := *at
+		switch {
+		case n == nil:
+			n = &node{}
+		case n == was:
+			n = n.copy()
+		}
+		*at = n
+		if n.kids == nil {
+			return at, depth
+		}
+		if was != nil && was.kids != nil {
+			was = was.kids[kid(h, depth)]
+		} else {
+			was = nil
+		}
+		at = &n.kids[kid(h, depth)]
+		depth++
 	}
 }
 
