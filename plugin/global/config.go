@@ -43,7 +43,7 @@ func defaults(zones []string) *Global {
 	return &Global{
 		Zones:          zones,
 		corefile:       index.Topology{Local: defaultCluster, Unnamed: true, Keys: index.DefaultKeys, Locality: map[string]map[string]string{}},
-		ttl:            defaultTTL,
+		recordMaker:    recordMaker{ttl: defaultTTL, rotate: true},
 		startupTimeout: defaultStartupTimeout,
 		exportSelector: watch.DefaultExportSelector,
 		endpointSlices: true,
@@ -52,8 +52,7 @@ func defaults(zones []string) *Global {
 			Namespace: writer.DefaultLeaseNamespace(), Name: writer.DefaultLeaseName,
 			Duration: writer.DefaultLeaseDuration, RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
 		},
-		policies: map[string]index.Policy{},
-		rotate:   true,
+		selector: selector{policies: map[string]index.Policy{}},
 		explain:  true,
 		apiQPS:   defaultQPS,
 		apiBurst: defaultBurst,
@@ -407,4 +406,3 @@ func parseTopology(c *caddy.Controller, args []string) ([]string, error) {
 	}
 	return keys, nil
 }
-

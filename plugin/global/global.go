@@ -7,7 +7,6 @@ package global
 
 import (
 	"context"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,29 +30,25 @@ type Global struct {
 	Next plugin.Handler
 
 	// The Corefile's options: one field, or one struct its consumer reads, per option.
-	Zones            []string                // the zone arguments, or else the server block's (global. for the root)
-	namespaces       []string                // namespaces: the namespaces watched; all when empty
-	exportSelector   string                  // export_selector
-	corefile         index.Topology          // cluster, locality, topology; the index's is it completed by the cluster's objects
-	ttl              uint32                  // ttl
-	Fall             fall.F                  // fallthrough
-	mcsZones         []string                // names mcs: the zones with MCS names; the others have .global's
-	policies         map[string]index.Policy // policy: by zone, the zones' policies; under "", the instance's
-	preferNamespaces []string                // prefer_namespaces: the order in which short names pick a namespace
-	rotate           bool                    // rotate: addresses within each tier
-	explain          bool                    // explain: answer CH TXT with the explanation of a name
-	startupTimeout   time.Duration           // startup_timeout
-	kubeconfig       string                  // kubeconfig PATH [CONTEXT]
-	kubeContext      string                  // kubeconfig's CONTEXT
-	kubeconfigAt     string                  // "file:line - " of the kubeconfig option, for errors found when reading it
-	apiQPS           float32                 // apiserver_qps
-	apiBurst         int                     // apiserver_burst
-	endpointSlices   bool                    // endpointslices: the writer runs
-	writerConfig     writer.Config           // serviceimports, endpointslice_size, service_suffix
-	election         writer.Election         // lease, lease_duration, lease_renew_deadline, lease_retry_period
+	Zones          []string        // the zone arguments, or else the server block's (global. for the root)
+	namespaces     []string        // namespaces: the namespaces watched; all when empty
+	exportSelector string          // export_selector
+	corefile       index.Topology  // cluster, locality, topology; the index's is it completed by the cluster's objects
+	selector                       // names, policy, prefer_namespaces: what names select
+	recordMaker                    // ttl, rotate: how answers are made of it
+	Fall           fall.F          // fallthrough
+	explain        bool            // explain: answer CH TXT with the explanation of a name
+	startupTimeout time.Duration   // startup_timeout
+	kubeconfig     string          // kubeconfig PATH [CONTEXT]
+	kubeContext    string          // kubeconfig's CONTEXT
+	kubeconfigAt   string          // "file:line - " of the kubeconfig option, for errors found when reading it
+	apiQPS         float32         // apiserver_qps
+	apiBurst       int             // apiserver_burst
+	endpointSlices bool            // endpointslices: the writer runs
+	writerConfig   writer.Config   // serviceimports, endpointslice_size, service_suffix
+	election       writer.Election // lease, lease_duration, lease_renew_deadline, lease_retry_period
 
-	// What build and OnStartup make of them.
-	nsAddrs  []netip.Addr // the addresses ns1.dns.<zone> answers with
+	// What build and OnStartup make of them (and recordMaker's nsAddrs).
 	watcher  *watch.Watcher
 	index    *index.Index
 	topology *watch.Topology // what the cluster's objects say of the topology

@@ -1,14 +1,15 @@
 package global
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 
+	"github.com/coredns/coredns/coremain"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
@@ -16,6 +17,8 @@ import (
 
 // ServeDNS implements plugin.Handler. Names in our zones are always answered here (`.global` is a
 // public TLD: nothing leaks to the next plugin unless fallthrough says so, and only on NXDOMAIN).
+// A name is parsed, what it selects computed once (selector.go), and the selection rendered as
+// records (records.go) or, in class CH, as its explanation (explain.go).
 func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := strings.ToLower(questionName(r))
@@ -45,20 +48,18 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		m.Authoritative = false
 		m.Rcode = dns.RcodeRefused
 	case chaos:
-		g.explainName(state, m, snap, n)
-	case n.kind == kindApex:
+		final = g.explainName(state, m, snap, n)
+	case n.form == formApex:
 		g.apex(state, m, snap)
-	case n.kind == kindNameserver:
+	case n.form == formNameserver:
 		g.nameserver(state, m, snap)
+	case !g.index.Ready():
+		// Never NXDOMAIN before the first sync: the name may well exist.
+		g.unsynced(r, m)
 	default:
-		if !g.index.Ready() {
-			// Never NXDOMAIN before the first sync: the name may well exist.
-			m.Authoritative = false
-			m.Rcode = dns.RcodeServerFailure
-			setEDE(r, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
-			break
-		}
-		final = !g.answer(state, m, snap, n)
+		s := g.selectName(snap, zone, n, state.QType())
+		final = s.ambiguous()
+		g.answer(state, m, &s)
 	}
 
 	if !final && m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
@@ -68,13 +69,11 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	return dns.RcodeSuccess, nil
 }
 
-// questionName is the question's name as it came (unpacked names are in presentation form
-// already): what request.Request's QName computes, without formatting it again for every use.
-func questionName(r *dns.Msg) string {
-	if len(r.Question) == 0 {
-		return "."
-	}
-	return r.Question[0].Name
+// unsynced makes m the answer of a name below the apex before the first sync.
+func (g *Global) unsynced(r, m *dns.Msg) {
+	m.Authoritative = false
+	m.Rcode = dns.RcodeServerFailure
+	setEDE(r, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
 }
 
 // matchZone returns the longest of zones that qname is in, "" for none: plugin.Zones.Matches
@@ -111,57 +110,46 @@ func newReply(r *dns.Msg) *dns.Msg {
 	return m
 }
 
-// answer fills m for a name below the apex; ok is false for an ambiguous short name.
-func (g *Global) answer(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (ok bool) {
-	qtype, owner := state.QType(), questionName(state.Req)
-	svc, view, ok := g.find(state, m, snap, n)
-	if !ok { // ambiguous short name: m holds the answer
-		return false
-	}
-
-	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
-	pol, _ := g.policyOf(state.Zone, svc)
+// answer renders selection s, of a name below the apex, into m.
+func (g *Global) answer(state request.Request, m *dns.Msg, s *selection) {
+	qtype, owner, n := state.QType(), questionName(state.Req), s.name
 	switch {
-	case n.kind == kindSRV && qtype == dns.TypeSRV && !view.Empty():
-		// The name exists exactly when it has an SRV record: the answer decides, in one pass.
-		if m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, n.port, n.proto, pol); len(m.Answer) == 0 {
-			m.Rcode = dns.RcodeNameError
-		}
-	case !exists(snap, n, view):
+	case s.ambiguous():
+		g.answerAmbiguous(state, m, s)
+		return
+	case !s.exists:
 		m.Rcode = dns.RcodeNameError
-	case n.kind == kindVersion:
+	case n.form == formVersion:
 		if qtype == dns.TypeTXT {
 			m.Answer = []dns.RR{&dns.TXT{Hdr: g.hdr(owner, dns.TypeTXT), Txt: []string{mcsVersion}}}
 		}
-	case view.Empty(), n.kind == kindProto: // empty non-terminals: NODATA
-	case n.kind == kindSRV: // and not an SRV question: NODATA
+	case s.view.Empty(), n.form == formProto: // empty non-terminals: NODATA
+	case n.form == formSRV && qtype != dns.TypeSRV: // NODATA
 	case qtype == dns.TypeA:
-		m.Answer = g.addrs(owner, counted(pol.Keep(view.A)))
+		m.Answer = g.addrs(owner, counted(s.a))
 	case qtype == dns.TypeAAAA:
-		m.Answer = g.addrs(owner, counted(pol.Keep(view.AAAA)))
+		m.Answer = g.addrs(owner, counted(s.aaaa))
 	case qtype == dns.TypeSRV:
-		m.Answer, m.Extra = g.srv(owner, state.Zone, svc.Key, view, "", "", pol)
+		m.Answer, m.Extra = g.srv(owner, s.scheme.serviceDomain(s.svc.Key, s.zone), s.srv, n)
+		if len(m.Answer) > 0 { // targets come in tier order; Priority is the tier
+			telemetry.Answered(uint8(m.Answer[0].(*dns.SRV).Priority))
+		}
 	case qtype == dns.TypeANY:
 		// RFC 8482: a subset is a fine answer to ANY; the addresses are what a client wants.
-		a, aaaa := pol.Keep(view.A), pol.Keep(view.AAAA)
-		if len(a) == 0 || len(aaaa) > 0 && aaaa[0].Tier < a[0].Tier {
-			counted(aaaa)
+		if len(s.a) == 0 || len(s.aaaa) > 0 && s.aaaa[0].Tier < s.a[0].Tier {
+			counted(s.aaaa)
 		} else {
-			counted(a)
+			counted(s.a)
 		}
-		m.Answer = append(g.addrs(owner, a), g.addrs(owner, aaaa)...)
+		m.Answer = append(g.addrs(owner, s.a), g.addrs(owner, s.aaaa)...)
 	}
 	if len(m.Answer) == 0 {
-		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
-		return true
+		m.Ns = []dns.RR{g.soa(state.Zone, s.snap, dns.ClassINET)}
+		return
 	}
-	if srv, ok := m.Answer[0].(*dns.SRV); ok { // targets come in tier order; Priority is the tier
-		telemetry.Answered(uint8(srv.Priority))
+	if s.policy.Nearest > 0 {
+		failedOver(s.svc, n)
 	}
-	if pol.Nearest > 0 {
-		failedOver(svc, n)
-	}
-	return true
 }
 
 // counted counts an answer of rs (in tier order) by its nearest record's tier, and returns rs.
@@ -172,119 +160,93 @@ func counted(rs []index.Record) []index.Record {
 	return rs
 }
 
-// find returns the global service name n refers to (nil when there is none) and the view of it
-// that n names; ok is false when n is an ambiguous short name, answered in m.
-func (g *Global) find(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (svc *index.Service, view index.View, ok bool) {
-	if svc, ok = g.service(state, m, snap, n); !ok || svc == nil {
-		return svc, view, ok
+// failedOver counts an answer of svc under a nearest policy when it skipped a nearer tier for
+// having no ready record: only a name of the whole service (not one cluster's, or one pod's) can.
+func failedOver(svc *index.Service, n name) {
+	if n.cluster == "" && svc.Depleted() {
+		telemetry.FailoverAnswers.Inc()
 	}
-	return svc, viewOf(svc, n), true
 }
 
-// viewOf is the view of svc that n names: one pod's, one cluster's or the whole service's.
-func viewOf(svc *index.Service, n name) index.View {
-	var view index.View
-	switch {
-	case n.host != "":
-		view, _ = svc.Host(n.cluster, n.host)
-	case n.cluster != "":
-		view, _ = svc.Cluster(n.cluster)
-	default:
-		view = svc.All()
-	}
-	return view
-}
-
-// exists reports whether name n, whose view is view, exists. As in RFC 8020, nothing exists below
-// a name that does not: a name exists when it answers, or when it is an empty non-terminal above
-// one that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints;
-// so does this plugin, and so for everything below it. A one-label name may be a namespace with a
-// global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
-// when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
-func exists(snap *index.Snapshot, n name, view index.View) bool {
-	switch {
-	case n.kind == kindVersion, n.kind == kindAboveNameserver:
-		return true
-	case n.kind == kindNamespace && n.ns == "":
-		return snap.Answers()
-	case n.kind == kindNamespace:
-		return snap.HasNamespace(n.ns)
-	case view.Empty():
-		return n.kind == kindService && n.short && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
-	case n.kind == kindProto, n.kind == kindSRV:
-		for t := range view.Targets() {
-			if slices.ContainsFunc(t.Ports, func(p index.Port) bool { return portMatches(p, n.port, n.proto) }) {
-				return true
-			}
-		}
-		return false
-	}
-	return true
-}
-
-// portMatches reports whether p is port name port ("" for any) of protocol proto ("" for any).
-func portMatches(p index.Port, port, proto string) bool {
-	return (port == "" || p.Name == port) && (proto == "" || strings.EqualFold(p.Protocol, proto))
-}
-
-// service finds the global service a name refers to: nil when there is none. A short name that
-// several namespaces have, with no prefer_namespaces entry among them, is answered in m as NXDOMAIN
-// with an Extended DNS Error naming the candidates, and ok is false: it must never silently pick
-// one, and never falls through.
-func (g *Global) service(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (svc *index.Service, ok bool) {
-	if n.svc == "" { // not a service's name
-		return nil, true
-	}
-	if !n.short {
-		return snap.Service(index.Key{Namespace: n.ns, Name: n.svc}), true
-	}
-	named := snap.Named(n.svc)
-	switch len(named) {
-	case 0:
-		return nil, true
-	case 1:
-		return named[0], true
-	}
-	if svc = preferred(g.preferNamespaces, named); svc != nil {
-		return svc, true
-	}
-	// NXDOMAIN, not REFUSED: measured (docs/design.md), REFUSED sends clients on to every other
-	// nameserver in resolv.conf, public ones included, and applications see a temporary
-	// failure. A namespace of that name whose services answer, or the nameserver's name below
-	// it, keeps the name an empty non-terminal: NODATA.
-	if !snap.HasNamespace(n.svc) && n.svc != nameserverParent {
+// answerAmbiguous answers a short name that several namespaces have (s.ambiguous()): NXDOMAIN, not
+// REFUSED: measured (docs/design.md), REFUSED sends clients on to every other nameserver in
+// resolv.conf, public ones included, and applications see a temporary failure. A namespace of that
+// name whose services answer, or the nameserver's name below it, keeps the name an empty
+// non-terminal: NODATA. Either way with an Extended DNS Error naming the candidates, and never
+// passed on by fallthrough.
+func (g *Global) answerAmbiguous(state request.Request, m *dns.Msg, s *selection) {
+	if !s.exists {
 		m.Rcode = dns.RcodeNameError
 	}
-	m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+	if state.QClass() == dns.ClassINET {
+		m.Ns = []dns.RR{g.soa(state.Zone, s.snap, dns.ClassINET)}
+	}
 	setEDE(state.Req, m, dns.ExtendedErrorCodeOther, fmt.Sprintf(
 		"global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
-		n.svc, strings.Join(index.Namespaces(named), ", "), n.svc, state.Zone))
-	return nil, false
+		s.name.svc, strings.Join(s.namespaces(), ", "), s.name.svc, state.Zone))
 }
 
-// preferred returns the service of the first namespace of order that candidates has, or nil.
-func preferred(order []string, candidates []*index.Service) *index.Service {
-	for _, ns := range order {
-		for _, c := range candidates {
-			if c.Namespace == ns {
-				return c
-			}
+// explainName answers a query in class CH: TXT records with the explanation of the IN answer for
+// the same name, from the same snapshot, with the same rcode, and class CH records only. It reports
+// whether the name is an ambiguous short name, which fallthrough must not pass on.
+func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (ambiguous bool) {
+	var lines []string
+	switch {
+	case n.form == formApex:
+		lines = explainReplica(g.replica(), snap)
+	case n.form == formNameserver:
+		lines = []string{"nameserver=" + questionName(state.Req) + " addrs=" + joinAddrs(g.nsAddrs)}
+	case !g.index.Ready():
+		m.Authoritative = false
+		m.Rcode = dns.RcodeServerFailure
+		lines = []string{"synced=false: waiting for the Kubernetes API; IN answers SERVFAIL until then"}
+	default:
+		s := g.selectName(snap, state.Zone, n, dns.TypeTXT)
+		switch ambiguous = s.ambiguous(); {
+		case ambiguous:
+			g.answerAmbiguous(state, m, &s)
+		case !s.exists:
+			m.Rcode = dns.RcodeNameError
+		}
+		lines = explainSelection(&s)
+	}
+	if q := state.QType(); q == dns.TypeTXT || q == dns.TypeANY {
+		for _, l := range lines {
+			m.Answer = append(m.Answer, &dns.TXT{
+				Hdr: dns.RR_Header{Name: questionName(state.Req), Rrtype: dns.TypeTXT, Class: dns.ClassCHAOS},
+				Txt: split(l),
+			})
 		}
 	}
-	return nil
+	if len(m.Answer) == 0 && m.Rcode != dns.RcodeRefused && m.Rcode != dns.RcodeServerFailure {
+		m.Ns = []dns.RR{g.soa(state.Zone, snap, dns.ClassCHAOS)}
+	}
+	return ambiguous
+}
+
+// replica is what the apex's explanation says of this replica.
+func (g *Global) replica() replica {
+	rep := replica{synced: g.index.Ready(), leader: "none", writer: g.writer != nil, topology: g.index.Topology(),
+		version: coremain.CoreVersion + "+" + cmp.Or(coremain.GitCommit, "unknown")}
+	if g.writer != nil {
+		if l := g.leader.Load(); l != nil {
+			rep.leader, rep.leading = *l, *l == g.identity
+		}
+	}
+	return rep
 }
 
 // apex answers the zone's own name: SOA, NS, and NODATA for anything else.
 func (g *Global) apex(state request.Request, m *dns.Msg, snap *index.Snapshot) {
 	switch state.QType() {
 	case dns.TypeSOA:
-		m.Answer = []dns.RR{g.soa(state.Zone, snap)}
+		m.Answer = []dns.RR{g.soa(state.Zone, snap, dns.ClassINET)}
 	case dns.TypeNS:
 		ns := nameserver(state.Zone)
 		m.Answer = []dns.RR{&dns.NS{Hdr: g.hdr(questionName(state.Req), dns.TypeNS), Ns: ns}}
 		m.Extra = g.glue(ns, dns.TypeA, dns.TypeAAAA)
 	default:
-		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+		m.Ns = []dns.RR{g.soa(state.Zone, snap, dns.ClassINET)}
 	}
 }
 
@@ -294,11 +256,9 @@ func (g *Global) nameserver(state request.Request, m *dns.Msg, snap *index.Snaps
 		m.Answer = g.glue(questionName(state.Req), q)
 	}
 	if len(m.Answer) == 0 {
-		m.Ns = []dns.RR{g.soa(state.Zone, snap)}
+		m.Ns = []dns.RR{g.soa(state.Zone, snap, dns.ClassINET)}
 	}
 }
-
-func nameserver(zone string) string { return nameserverLabel + "." + zone }
 
 // setEDE attaches an Extended DNS Error (RFC 8914) to m when the request speaks EDNS; the server
 // then fits the OPT record to the client's.

@@ -52,7 +52,7 @@ func newGlobal(t testing.TB, src index.Source, keys ...index.Key) *Global {
 	}
 	ix.Start()
 	ix.Publish()
-	return &Global{Zones: []string{"global."}, ttl: 5, index: ix, Next: test.NextHandler(dns.RcodeNameError, nil)}
+	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5}, index: ix, Next: test.NextHandler(dns.RcodeNameError, nil)}
 }
 
 // serve sends one query through g and returns what g wrote, nil when it wrote nothing.
@@ -250,7 +250,7 @@ func TestAmbiguousShortName(t *testing.T) {
 func TestNotSyncedIsServfail(t *testing.T) {
 	ix := index.New(indextest.Topology(), source())
 	ix.Changed(foo)
-	g := &Global{Zones: []string{"global."}, ttl: 5, index: ix}
+	g := &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5}, index: ix}
 	m := query(t, g, "foo.db.global.", dns.TypeA)
 	if m.Rcode != dns.RcodeServerFailure {
 		t.Errorf("before sync: rcode %s, want SERVFAIL", dns.RcodeToString[m.Rcode])

@@ -5,21 +5,23 @@ import (
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
+
+	"github.com/miekg/dns"
 )
 
-// kind is what a query name under one of our zones refers to.
-type kind uint8
+// form is what a query name under one of our zones refers to.
+type form uint8
 
 const (
-	kindNone            kind = iota // nothing we could have: NXDOMAIN
-	kindApex                        // <zone>
-	kindNameserver                  // ns1.dns.<zone>
-	kindService                     // [<host>.][<cluster>.]<svc>.<ns>.<zone>, or <svc>.<zone>
-	kindSRV                         // _<port>._<proto>.<svc>.<ns>.<zone>, or _<port>._<proto>.<svc>.<zone>
-	kindProto                       // _<proto>.<svc>[.<ns>].<zone>: an empty non-terminal above SRV names
-	kindNamespace                   // <ns>.svc.<zone>, or svc.<zone> (ns ""): empty non-terminals (mcs)
-	kindVersion                     // dns-version.<zone>: the specification's version (mcs)
-	kindAboveNameserver             // dns.<zone> (mcs): the empty non-terminal above ns1.dns.<zone>
+	formNone            form = iota // nothing we could have: NXDOMAIN
+	formApex                        // <zone>
+	formNameserver                  // ns1.dns.<zone>
+	formService                     // [<host>.][<cluster>.]<svc>.<ns>.<zone>, or <svc>.<zone>
+	formSRV                         // _<port>._<proto>.<svc>.<ns>.<zone>, or _<port>._<proto>.<svc>.<zone>
+	formProto                       // _<proto>.<svc>[.<ns>].<zone>: an empty non-terminal above SRV names
+	formNamespace                   // <ns>.svc.<zone>, or svc.<zone> (ns ""): empty non-terminals (mcs)
+	formVersion                     // dns-version.<zone>: the specification's version (mcs)
+	formAboveNameserver             // dns.<zone> (mcs): the empty non-terminal above ns1.dns.<zone>
 )
 
 // scheme is how names are formed under a zone: this plugin's own (<svc>.<ns>.global), or the
@@ -34,9 +36,9 @@ const (
 // mcsVersion is the version of the MCS DNS specification (KEP-1645, specification.md) answered.
 const mcsVersion = "1.0.0"
 
-// scheme returns the naming scheme of zone, one of g's zones.
-func (g *Global) scheme(zone string) scheme {
-	if slices.Contains(g.mcsZones, zone) {
+// schemeOf returns the naming scheme of zone: MCS names in mcsZones, else .global's.
+func schemeOf(mcsZones []string, zone string) scheme {
+	if slices.Contains(mcsZones, zone) {
 		return schemeMCS
 	}
 	return schemeGlobal
@@ -62,21 +64,21 @@ func (s scheme) serviceDomain(k index.Key, zone string) [5]string {
 // parseMCSName parses qname, lower case and fully qualified, under zone, as KEP-1645's DNS
 // specification names headless services: <svc>.<ns>.svc, <hostname>.<clusterid>.<svc>.<ns>.svc,
 // _<port>._<proto>.<svc>.<ns>.svc, dns-version. There are no short forms, and
-// <clusterid>.<svc>.<ns>.svc must not exist (2.4.4): both are kindNone.
+// <clusterid>.<svc>.<ns>.svc must not exist (2.4.4): both are formNone.
 func parseMCSName(qname, zone string) name {
 	if qname == zone {
-		return name{kind: kindApex}
+		return name{form: formApex}
 	}
 	rest := strings.TrimSuffix(qname[:len(qname)-len(zone)], ".")
 	switch rest {
 	case nameserverLabel:
-		return name{kind: kindNameserver}
+		return name{form: formNameserver}
 	case nameserverParent:
-		return name{kind: kindAboveNameserver}
+		return name{form: formAboveNameserver}
 	case "dns-version":
-		return name{kind: kindVersion}
+		return name{form: formVersion}
 	case "svc":
-		return name{kind: kindNamespace}
+		return name{form: formNamespace}
 	}
 	rest, ok := strings.CutSuffix(rest, ".svc")
 	if !ok {
@@ -89,25 +91,46 @@ func parseMCSName(qname, zone string) name {
 	u0, u1 := underscored(l[0]), underscored(l[1])
 	switch {
 	case n == 1:
-		return name{kind: kindNamespace, ns: l[0]}
+		return name{form: formNamespace, ns: l[0]}
 	case n == 2:
-		return name{kind: kindService, svc: l[0], ns: l[1]}
+		return name{form: formService, svc: l[0], ns: l[1]}
 	case n == 3 && u0:
-		return name{kind: kindProto, proto: l[0][1:], svc: l[1], ns: l[2]}
+		return name{form: formProto, proto: l[0][1:], svc: l[1], ns: l[2]}
 	case n == 4 && u0 && u1:
-		return name{kind: kindSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], ns: l[3]}
+		return name{form: formSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], ns: l[3]}
 	case n == 4 && !u0 && !u1:
-		return name{kind: kindService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
+		return name{form: formService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
 	}
 	return name{}
 }
 
 // name is a parsed query name. Labels are lower case; port and proto have no underscore.
 type name struct {
-	kind                   kind
+	form                   form
 	svc, ns, cluster, host string
 	port, proto            string
 	short                  bool // no namespace: <svc>.<zone> forms
+}
+
+// scopes reports whether record r is in the scope n names: its pod's, its cluster's, or the whole
+// service's.
+func (n name) scopes(r *index.Record) bool {
+	return (n.cluster == "" || r.Cluster == n.cluster) && (n.host == "" || r.Host == n.host)
+}
+
+// matches reports whether record r has a port n asks for: any record for names without a port
+// label, else one with a port of n's name (any, for _<proto> names) and protocol.
+func (n name) matches(r *index.Record) bool {
+	if n.form != formSRV && n.form != formProto {
+		return true
+	}
+	return slices.ContainsFunc(r.Ports, n.matchesPort)
+}
+
+// matchesPort reports whether port p is one n asks for: named n.port ("" any) of protocol n.proto
+// ("" any). A name without port labels matches every port: an SRV question of it answers them all.
+func (n name) matchesPort(p index.Port) bool {
+	return (n.port == "" || p.Name == n.port) && (n.proto == "" || strings.EqualFold(p.Protocol, n.proto))
 }
 
 // nameserverLabel is the name under each zone that the apex NS record points at; nameserverParent
@@ -117,15 +140,27 @@ const (
 	nameserverParent = "dns"
 )
 
+// nameserver is the name of zone's nameserver, which its NS record points at.
+func nameserver(zone string) string { return nameserverLabel + "." + zone }
+
+// questionName is the question's name as it came (unpacked names are in presentation form
+// already): what request.Request's QName computes, without formatting it again for every use.
+func questionName(r *dns.Msg) string {
+	if len(r.Question) == 0 {
+		return "."
+	}
+	return r.Question[0].Name
+}
+
 // parseName parses qname, lower case and fully qualified, under zone (which it ends with).
 // It does not allocate: labels are sub-strings of qname.
 func parseName(qname, zone string) name {
 	if qname == zone {
-		return name{kind: kindApex}
+		return name{form: formApex}
 	}
 	rest := strings.TrimSuffix(qname[:len(qname)-len(zone)], ".")
 	if rest == nameserverLabel {
-		return name{kind: kindNameserver}
+		return name{form: formNameserver}
 	}
 	l, n, ok := splitLabels(rest)
 	if !ok {
@@ -134,21 +169,21 @@ func parseName(qname, zone string) name {
 	u0, u1 := underscored(l[0]), underscored(l[1])
 	switch {
 	case n == 1:
-		return name{kind: kindService, svc: l[0], short: true}
+		return name{form: formService, svc: l[0], short: true}
 	case n == 2 && u0:
-		return name{kind: kindProto, proto: l[0][1:], svc: l[1], short: true}
+		return name{form: formProto, proto: l[0][1:], svc: l[1], short: true}
 	case n == 2:
-		return name{kind: kindService, svc: l[0], ns: l[1]}
+		return name{form: formService, svc: l[0], ns: l[1]}
 	case n == 3 && u0 && u1:
-		return name{kind: kindSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], short: true}
+		return name{form: formSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], short: true}
 	case n == 3 && u0:
-		return name{kind: kindProto, proto: l[0][1:], svc: l[1], ns: l[2]}
+		return name{form: formProto, proto: l[0][1:], svc: l[1], ns: l[2]}
 	case n == 3:
-		return name{kind: kindService, cluster: l[0], svc: l[1], ns: l[2]}
+		return name{form: formService, cluster: l[0], svc: l[1], ns: l[2]}
 	case n == 4 && u0 && u1:
-		return name{kind: kindSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], ns: l[3]}
+		return name{form: formSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], ns: l[3]}
 	case n == 4 && !u0 && !u1:
-		return name{kind: kindService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
+		return name{form: formService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
 	}
 	return name{}
 }

@@ -11,33 +11,43 @@ import (
 	"github.com/miekg/dns"
 )
 
-func (g *Global) hdr(owner string, t uint16) dns.RR_Header {
-	return dns.RR_Header{Name: owner, Rrtype: t, Class: dns.ClassINET, Ttl: g.ttl}
+// recordMaker makes the records of answers from what they share: the options that shape them.
+type recordMaker struct {
+	ttl     uint32       // ttl
+	rotate  bool         // rotate: addresses within each tier
+	nsAddrs []netip.Addr // the addresses ns1.dns.<zone> answers with
 }
 
-func (g *Global) soa(zone string, snap *index.Snapshot) *dns.SOA {
-	return &dns.SOA{
-		Hdr:     g.hdr(zone, dns.TypeSOA),
+func (mk *recordMaker) hdr(owner string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: owner, Rrtype: t, Class: dns.ClassINET, Ttl: mk.ttl}
+}
+
+// soa is zone's SOA record, in class class (CH for explanations).
+func (mk *recordMaker) soa(zone string, snap *index.Snapshot, class uint16) *dns.SOA {
+	soa := &dns.SOA{
+		Hdr:     mk.hdr(zone, dns.TypeSOA),
 		Ns:      nameserver(zone),
 		Mbox:    "hostmaster.dns." + zone,
 		Serial:  snap.Serial,
 		Refresh: 7200,
 		Retry:   1800,
 		Expire:  86400,
-		Minttl:  g.ttl,
+		Minttl:  mk.ttl,
 	}
+	soa.Hdr.Class = class
+	return soa
 }
 
 // addrs returns one A or AAAA record per record, in the index's (tier) order, each tier rotated
 // by a random offset unless rotation is off: naive clients dial the first address, and the
 // loadbalance plugin would shuffle the tiers away.
-func (g *Global) addrs(owner string, rs []index.Record) []dns.RR {
+func (mk *recordMaker) addrs(owner string, rs []index.Record) []dns.RR {
 	if len(rs) == 0 {
 		return nil
 	}
 	out := make([]dns.RR, len(rs))
 	off := 0
-	if g.rotate && len(rs) > 1 {
+	if mk.rotate && len(rs) > 1 {
 		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
 	}
 	var recs records
@@ -47,7 +57,7 @@ func (g *Global) addrs(owner string, rs []index.Record) []dns.RR {
 			j++
 		}
 		for k, n := 0, j-i; k < n; k++ {
-			out[i+k] = recs.next(g, owner, rs[i+(k+off)%n].Addr(), len(rs)-i-k)
+			out[i+k] = recs.next(mk, owner, rs[i+(k+off)%n].Addr(), len(rs)-i-k)
 		}
 		i = j
 	}
@@ -72,7 +82,7 @@ type aaaaRecord struct {
 }
 
 // next returns the record of a, making room for up to left more of its family when it has none.
-func (rs *records) next(g *Global, owner string, a netip.Addr, left int) dns.RR {
+func (rs *records) next(mk *recordMaker, owner string, a netip.Addr, left int) dns.RR {
 	if a.Is4() {
 		if len(rs.a) == 0 {
 			rs.a = make([]aRecord, left)
@@ -80,7 +90,7 @@ func (rs *records) next(g *Global, owner string, a netip.Addr, left int) dns.RR 
 		r := &rs.a[0]
 		rs.a = rs.a[1:]
 		r.ip = a.As4()
-		r.A = dns.A{Hdr: g.hdr(owner, dns.TypeA), A: r.ip[:]}
+		r.A = dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: r.ip[:]}
 		return &r.A
 	}
 	if len(rs.aaaa) == 0 {
@@ -89,55 +99,96 @@ func (rs *records) next(g *Global, owner string, a netip.Addr, left int) dns.RR 
 	r := &rs.aaaa[0]
 	rs.aaaa = rs.aaaa[1:]
 	r.ip = a.As16()
-	r.AAAA = dns.AAAA{Hdr: g.hdr(owner, dns.TypeAAAA), AAAA: r.ip[:]}
+	r.AAAA = dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: r.ip[:]}
 	return &r.AAAA
 }
 
-func (g *Global) addr(owner string, a netip.Addr) dns.RR {
+func (mk *recordMaker) addr(owner string, a netip.Addr) dns.RR {
 	if a.Is4() {
-		return &dns.A{Hdr: g.hdr(owner, dns.TypeA), A: net.IP(a.AsSlice())}
+		return &dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: net.IP(a.AsSlice())}
 	}
-	return &dns.AAAA{Hdr: g.hdr(owner, dns.TypeAAAA), AAAA: net.IP(a.AsSlice())}
+	return &dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: net.IP(a.AsSlice())}
 }
 
-// srv returns one SRV record per target and port matching port/proto ("" matches any), of the
-// tiers policy p answers, and the targets' addresses as glue. Priority is the tier; targets of one
-// tier share the weight equally. A first pass sizes everything, so the answer takes a handful of
-// allocations, not a few per target: the records, the glue, and the target names cut from one string.
-func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port, proto string, p index.Policy) (answer, extra []dns.RR) {
-	domain := g.scheme(zone).serviceDomain(k, zone)
+// srv returns one SRV record per target of kept, the records an answer keeps in tier order, and
+// per port of it that name n asks for, and the targets' addresses as glue; domain is the service's
+// name, where the targets' names end. Priority is the tier; targets of one tier share the weight
+// equally. A first pass sizes everything, so the answer takes a handful of allocations, not a few
+// per target: the records, the glue, and the target names cut from one string.
+func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n name) (answer, extra []dns.RR) {
+	var buf [8]srvTarget // the usual few targets, on the stack
+	targets, size := srvTargets(buf[:0], kept, n, domain)
+	if size.srvs == 0 {
+		return nil, nil
+	}
+	names := targetNames(targets, domain, size.names)
+	rrs := make([]dns.RR, size.srvs+size.v4+size.v6) // the answer and the glue, one allocation
+	answer, extra = rrs[:0:size.srvs], rrs[size.srvs:size.srvs]
+	srvRecords := make([]dns.SRV, size.srvs)
+	glue := records{a: make([]aRecord, size.v4), aaaa: make([]aaaaRecord, size.v6)}
+	weight := uint16(0)
+	for i, t := range targets {
+		if i == 0 || t.Tier != targets[i-1].Tier {
+			weight = tierWeight(targets[i:])
+		}
+		target := names[:t.nameLen]
+		names = names[t.nameLen:]
+		for _, r := range t.A {
+			extra = append(extra, glue.next(mk, target, r.Addr(), 0))
+		}
+		for _, r := range t.AAAA {
+			extra = append(extra, glue.next(mk, target, r.Addr(), 0))
+		}
+		for _, p := range t.Ports {
+			if n.matchesPort(p) {
+				srv := &srvRecords[len(answer)]
+				*srv = dns.SRV{Hdr: mk.hdr(owner, dns.TypeSRV), Priority: uint16(t.Tier), Weight: weight, Port: uint16(p.Port), Target: target}
+				answer = append(answer, srv)
+			}
+		}
+	}
+	return answer, extra
+}
+
+// srvTarget is a target of an SRV answer, how many of its ports the question matches, and the
+// length of its name, <host>.<cluster>.<domain>.
+type srvTarget struct {
+	index.Target
+	srvs, nameLen int
+}
+
+// srvSize is what an SRV answer holds: SRV records, glue of each family, and the bytes of its
+// target names.
+type srvSize struct{ srvs, v4, v6, names int }
+
+// srvTargets appends to targets those of kept with a port n asks for, merged from both families
+// once, and returns what the answer made of them holds.
+func srvTargets(targets []srvTarget, kept index.View, n name, domain [5]string) ([]srvTarget, srvSize) {
 	domainLen := 0
 	for _, s := range domain {
 		domainLen += len(s)
 	}
-	// The length of a target's name, <host>.<cluster>.<domain>: what the builder below writes.
-	nameLen := func(t index.Target) int { return len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen }
-	// The targets, merged from both families once, each with its count of matching ports: on
-	// the stack for the usual few.
-	var buf [8]srvTarget
-	targets := buf[:0]
-	srvs, v4, v6, names := 0, 0, 0, 0
-	for t := range v.Targets() {
-		n := 0
+	var size srvSize
+	for t := range kept.Targets() {
+		ports := 0
 		for _, p := range t.Ports {
-			if portMatches(p, port, proto) {
-				n++
+			if n.matchesPort(p) {
+				ports++
 			}
 		}
-		if n > 0 && len(targets) > 0 && t.Tier != targets[len(targets)-1].Tier && p.Full(srvs) {
-			break
-		}
-		if n > 0 {
-			targets = append(targets, srvTarget{t, n})
-			srvs, v4, v6 = srvs+n, v4+len(t.A), v6+len(t.AAAA)
-			names += nameLen(t)
+		if ports > 0 {
+			l := len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
+			targets = append(targets, srvTarget{t, ports, l})
+			size.srvs, size.v4, size.v6, size.names = size.srvs+ports, size.v4+len(t.A), size.v6+len(t.AAAA), size.names+l
 		}
 	}
-	if srvs == 0 {
-		return nil, nil
-	}
+	return targets, size
+}
+
+// targetNames returns the names of targets, one after another in one string of size bytes.
+func targetNames(targets []srvTarget, domain [5]string, size int) string {
 	var b strings.Builder
-	b.Grow(names)
+	b.Grow(size)
 	for _, t := range targets {
 		b.WriteString(t.Host)
 		b.WriteByte('.')
@@ -147,64 +198,29 @@ func (g *Global) srv(owner string, zone string, k index.Key, v index.View, port,
 			b.WriteString(s)
 		}
 	}
-	all := b.String()
-	rrs := make([]dns.RR, srvs+v4+v6) // the answer and the glue, one allocation
-	answer, extra = rrs[:0:srvs], rrs[srvs:srvs]
-	srvRecords := make([]dns.SRV, srvs)
-	glue := records{a: make([]aRecord, v4), aaaa: make([]aaaaRecord, v6)}
-	weight := uint16(0)
-	for i, t := range targets {
-		if i == 0 || t.Tier != targets[i-1].Tier {
-			// Targets come in tier order: the tier's records are this target's and the next ones'.
-			inTier := 0
-			for _, u := range targets[i:] {
-				if u.Tier != t.Tier {
-					break
-				}
-				inTier += u.srvs
-			}
-			weight = uint16(max(1, 100/inTier))
-		}
-		n := nameLen(t.Target)
-		target := all[:n]
-		all = all[n:]
-		for _, r := range t.A {
-			extra = append(extra, glue.next(g, target, r.Addr(), 0))
-		}
-		for _, r := range t.AAAA {
-			extra = append(extra, glue.next(g, target, r.Addr(), 0))
-		}
-		for _, p := range t.Ports {
-			if !portMatches(p, port, proto) {
-				continue
-			}
-			srv := &srvRecords[len(answer)]
-			*srv = dns.SRV{
-				Hdr:      g.hdr(owner, dns.TypeSRV),
-				Priority: uint16(t.Tier),
-				Weight:   weight,
-				Port:     uint16(p.Port),
-				Target:   target,
-			}
-			answer = append(answer, srv)
-		}
-	}
-	return answer, extra
+	return b.String()
 }
 
-// srvTarget is a target of an SRV answer and how many of its ports the question matches.
-type srvTarget struct {
-	index.Target
-	srvs int
+// tierWeight is the weight of each SRV record of the tier of targets[0]: the tier's records are
+// its and the next ones' (targets come in tier order), and share 100 equally.
+func tierWeight(targets []srvTarget) uint16 {
+	inTier := 0
+	for _, u := range targets {
+		if u.Tier != targets[0].Tier {
+			break
+		}
+		inTier += u.srvs
+	}
+	return uint16(max(1, 100/inTier))
 }
 
 // glue returns the A and/or AAAA records of the addresses this server listens on.
-func (g *Global) glue(owner string, types ...uint16) []dns.RR {
+func (mk *recordMaker) glue(owner string, types ...uint16) []dns.RR {
 	var out []dns.RR
-	for _, a := range g.nsAddrs {
+	for _, a := range mk.nsAddrs {
 		for _, t := range types {
 			if a.Is4() == (t == dns.TypeA) {
-				out = append(out, g.addr(owner, a))
+				out = append(out, mk.addr(owner, a))
 			}
 		}
 	}

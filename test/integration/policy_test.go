@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
 )
 
 // policyCorefile serves foo.<ns>.global (all tiers) and foo.<ns>.near.global (the nearest tier).
@@ -113,4 +115,36 @@ func TestPolicyClients(t *testing.T) {
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
 	must(t, err)
 	eventually(t, "bar, from elsewhere", resolves("bar."+ns+".near.global.", barNorth.ClusterIPs["bar-0"]))
+}
+
+// TestNearestCountsMembersOnce: under `nearest N` a member counts once whatever the question. A
+// service with two named ports, one ready pod here and one in target1, and the owner's `nearest 2`:
+// the nearest tier holds one member, so every answer takes the next tier too, the A answer and the
+// SRV answers alike (a pod's two SRV records are one member, not two).
+func TestNearestCountsMembersOnce(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	ports := []harness.Port{{Name: "db", Port: 5432, TargetPort: 15432}, {Name: "metrics", Port: 9000, TargetPort: 19000}}
+	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "duo", Ports: ports,
+		Pods: []harness.Pod{{Name: "duo-0", Node: ns + "-a", IP: "10.244.7.10", Ready: true}}}))
+	target1, err := harness.CreateMirror(ctx, client(), harness.Mirror{Namespace: ns, Service: "duo", Cluster: "target1", Ports: ports,
+		Labels: map[string]string{"app": "duo"}, Endpoints: []harness.RemoteEndpoint{{Hostname: "duo-0", Ready: true}}})
+	must(t, err)
+	annotateService(t, ns, "duo", map[string]string{"globaldns.io/policy": "nearest 2"})
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns))
+
+	name := "duo." + ns + ".global."
+	here, there := "duo-0.east."+name, "duo-0.target1."+name
+	remote := target1.ClusterIPs["duo-0"]
+	// Tiers: this cluster 0, target1 (no locality) 3; weights shared by a tier's SRV records. A
+	// pod's SRV records come in its slice's order of ports, which the EndpointSlice controller
+	// does not promise.
+	eventuallyExpect(t, c, name, dns.TypeA, dns.RcodeSuccess, "A 10.244.7.10", "A "+remote)
+	must(t, expectAnyOrder(t, c, name, dns.TypeSRV, dns.RcodeSuccess,
+		"SRV 0 50 15432 "+here, "SRV 0 50 19000 "+here, "SRV 3 50 5432 "+there, "SRV 3 50 9000 "+there))
+	must(t, expect(t, c, "_db._tcp."+name, dns.TypeSRV, dns.RcodeSuccess, "SRV 0 100 15432 "+here, "SRV 3 100 5432 "+there))
+	// And the explanation says the same: both members answered, nothing beyond the nearest.
+	must(t, explains(t, c, name, dns.RcodeSuccess, "service="+ns+"/duo records=2 left-out=0 ", "policy=nearest-2 from=annotation",
+		"tier=0 clusters=east ready=1 answered=true", "tier=3 clusters=target1 ready=1 answered=true"))
 }

@@ -1,0 +1,133 @@
+package global
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// layers are the files of this package from the top down: the plugin (options, lifecycle and
+// ServeDNS), the selection of what a name answers, its rendering as records and as an
+// explanation, the selection itself, and names. A file uses names of its own layer and of those
+// below it only, so a query is followed one way down, as in CoreDNS's k8s_external.
+var layers = [][]string{
+	{"global.go", "setup.go", "config.go", "args.go", "handler.go"},
+	{"selector.go"},
+	{"records.go", "explain.go"},
+	{"selection.go"},
+	{"names.go"},
+}
+
+// TestLayers checks that no file of the package uses a name defined in a file of a layer above
+// its own: package-level names, and methods and fields called or read by an unexported name
+// (exported selectors may be any package's: they are not checked).
+func TestLayers(t *testing.T) {
+	layer := map[string]int{}
+	for i, files := range layers {
+		for _, f := range files {
+			layer[f] = i
+		}
+	}
+	fset := token.NewFileSet()
+	files := map[string]*ast.File{}
+	matches, _ := filepath.Glob("*.go")
+	for _, path := range matches {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		if _, ok := layer[path]; !ok {
+			t.Errorf("%s is in no layer: add it to layers", path)
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[path] = f
+	}
+	// Where each package-level name, and each unexported method or field name, is defined.
+	defined := map[string]string{}
+	members := map[string]map[string]bool{}
+	for path, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					defined[d.Name.Name] = path
+				} else if !d.Name.IsExported() {
+					addMember(members, d.Name.Name, path)
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					switch s := spec.(type) {
+					case *ast.TypeSpec:
+						defined[s.Name.Name] = path
+						if st, ok := s.Type.(*ast.StructType); ok {
+							for _, field := range st.Fields.List {
+								for _, n := range field.Names {
+									addMember(members, n.Name, path)
+								}
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							defined[n.Name] = path
+						}
+					}
+				}
+			}
+		}
+	}
+	for path, f := range files {
+		var visit func(n ast.Node) bool
+		inspect := func(nodes ...ast.Node) {
+			for _, n := range nodes {
+				if n != nil && !reflect.ValueOf(n).IsNil() {
+					ast.Inspect(n, visit)
+				}
+			}
+		}
+		visit = func(n ast.Node) bool {
+			var used, from string
+			switch n := n.(type) {
+			case *ast.FuncDecl: // not its own name
+				inspect(n.Recv, n.Type, n.Body)
+				return false
+			case *ast.Field: // not the names of fields and parameters
+				inspect(n.Type)
+				return false
+			case *ast.KeyValueExpr: // a composite literal's key may be a field's name
+				if _, ok := n.Key.(*ast.Ident); ok {
+					inspect(n.Value)
+					return false
+				}
+			case *ast.SelectorExpr:
+				if ms := members[n.Sel.Name]; len(ms) == 1 && !n.Sel.IsExported() {
+					for from = range ms {
+					}
+					used = n.Sel.Name
+				}
+				inspect(n.X)
+			case *ast.Ident:
+				used, from = n.Name, defined[n.Name]
+			}
+			if from != "" && layer[from] < layer[path] {
+				t.Errorf("%s: %s uses %s, defined in %s above it", fset.Position(n.Pos()), path, used, from)
+			}
+			_, selector := n.(*ast.SelectorExpr)
+			return !selector
+		}
+		inspect(f)
+	}
+}
+
+func addMember(members map[string]map[string]bool, name, path string) {
+	if members[name] == nil {
+		members[name] = map[string]bool{}
+	}
+	members[name][path] = true
+}

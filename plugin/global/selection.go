@@ -1,0 +1,109 @@
+package global
+
+import (
+	"github.com/globaldns/global/plugin/global/index"
+)
+
+// selection is what a query name selects from one snapshot, computed once (selector.go) and
+// rendered twice: as the IN answer (handler.go with records.go) and as its explanation in class
+// CH (explain.go), which therefore never disagree.
+type selection struct {
+	name   name
+	zone   string
+	scheme scheme
+	snap   *index.Snapshot
+
+	// svc is the global service the name is of; nil for a name of none. A short name that several
+	// namespaces have, none of them preferred, selects none: candidates holds the selection of each.
+	svc        *index.Service
+	candidates []selection
+
+	view   index.View // the ready records of the scope the name names: one pod's, one cluster's, all
+	policy index.Policy
+	from   policySource
+
+	// a and aaaa are the records the address answers hold, prefixes of view.A and view.AAAA: the
+	// nearest whole tiers the policy keeps, counting each record (one member's address of that
+	// family) once. srv holds the records whose targets the SRV answer holds, prefixes of both: the
+	// nearest whole tiers the policy keeps, counting each target (one member, whatever its ports
+	// and addresses) with a port the name asks for once. Each is set only for the questions that
+	// use it (all of them for an explanation).
+	a, aaaa []index.Record
+	srv     index.View
+
+	// exists says whether the name exists (RFC 8020): it has records, or is an empty non-terminal
+	// above a name that has.
+	exists bool
+}
+
+// ambiguous reports whether the name is a short name that several namespaces have.
+func (s *selection) ambiguous() bool { return len(s.candidates) > 0 }
+
+// namespaces returns the namespaces of an ambiguous name's candidates, sorted.
+func (s *selection) namespaces() []string {
+	out := make([]string, len(s.candidates))
+	for i, c := range s.candidates {
+		out[i] = c.svc.Namespace
+	}
+	return out
+}
+
+// answers reports whether record r, one of the service's, is in the answer to the name: ready,
+// in the name's scope, with a port the name asks for, and of a tier kept. An address name's
+// records are those of its A and AAAA answers; an SRV name's, its SRV answer's; _<proto> names
+// answer nothing (their records are those of the _<port>._<proto> names below).
+func (s *selection) answers(r *index.Record) bool {
+	switch s.name.form {
+	case formProto:
+		return false
+	case formSRV:
+		return s.inSRV(r)
+	}
+	return s.inScope(r) && keeps(s.a, s.aaaa, r)
+}
+
+// inSRV reports whether record r is an address of a target of the SRV answer to the name.
+func (s *selection) inSRV(r *index.Record) bool {
+	return s.inScope(r) && s.name.matches(r) && keeps(s.srv.A, s.srv.AAAA, r)
+}
+
+func (s *selection) inScope(r *index.Record) bool { return r.Ready && s.name.scopes(r) }
+
+// keeps reports whether r, a ready record in scope, is of a tier kept in a (IPv4) or aaaa (IPv6):
+// prefixes of the scope's records, in tier order.
+func keeps(a, aaaa []index.Record, r *index.Record) bool {
+	kept := a
+	if r.Family() == index.IPv6 {
+		kept = aaaa
+	}
+	return len(kept) > 0 && r.Tier <= kept[len(kept)-1].Tier
+}
+
+// answersTier reports whether the answer to the name holds records of tier t.
+func (s *selection) answersTier(t uint8) bool {
+	kept := [2][]index.Record{s.a, s.aaaa}
+	if s.name.form == formSRV || s.name.form == formProto {
+		kept = [2][]index.Record{s.srv.A, s.srv.AAAA}
+	}
+	for _, rs := range kept {
+		for i := range rs {
+			if rs[i].Tier == t {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// policySource says who set the policy of an answer.
+type policySource uint8
+
+const (
+	fromDefault    policySource = iota // the instance's, `policy MODE` without zones (all unless set)
+	fromAnnotation                     // the service owner's, index.AnnotationPolicy
+	fromZone                           // the zone's, `policy MODE ZONES...`
+)
+
+var policySources = [...]string{fromDefault: "default", fromAnnotation: "annotation", fromZone: "zone"}
+
+func (s policySource) String() string { return policySources[s] }

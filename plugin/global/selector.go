@@ -1,0 +1,173 @@
+package global
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	"github.com/miekg/dns"
+)
+
+// selector chooses what names answer: the options that decide it.
+type selector struct {
+	policies         map[string]index.Policy // policy: by zone, the zones' policies; under "", the instance's
+	preferNamespaces []string                // prefer_namespaces: the order in which short names pick a namespace
+	mcsZones         []string                // names mcs: the zones with MCS names; the others have .global's
+}
+
+// scheme returns the naming scheme of zone.
+func (c *selector) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
+
+// selectName computes what name n, parsed under zone, selects from snap for a question of qtype
+// (dns.TypeTXT in class CH, an explanation: every answer's records): everything an answer or an
+// explanation of it says.
+func (c *selector) selectName(snap *index.Snapshot, zone string, n name, qtype uint16) selection {
+	s := selection{name: n, zone: zone, scheme: c.scheme(zone), snap: snap}
+	if n.svc != "" {
+		s.svc, s.candidates = c.service(snap, zone, n)
+	}
+	c.choose(&s, qtype)
+	return s
+}
+
+// choose sets what s's service answers for its name and qtype: the view, the policy and the
+// records kept, and whether the name exists.
+func (c *selector) choose(s *selection, qtype uint16) {
+	n := s.name
+	if s.svc != nil {
+		s.view = viewOf(s.svc, n)
+	}
+	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
+	s.policy, s.from = c.policyOf(s.zone, s.svc)
+	if qtype != dns.TypeSRV {
+		s.a, s.aaaa = s.policy.Keep(s.view.A), s.policy.Keep(s.view.AAAA)
+	}
+	if qtype != dns.TypeA && qtype != dns.TypeAAAA {
+		s.srv = keepTargets(s.policy, s.view, n)
+	}
+	s.exists = exists(s.snap, n, s.view)
+}
+
+// service finds the global service a name of one refers to: nil when there is none. A short name
+// that several namespaces have, with no prefer_namespaces entry among them, refers to none of them:
+// it must never silently pick one. Their selections are returned, for the explanation.
+func (c *selector) service(snap *index.Snapshot, zone string, n name) (*index.Service, []selection) {
+	if !n.short {
+		return snap.Service(index.Key{Namespace: n.ns, Name: n.svc}), nil
+	}
+	named := snap.Named(n.svc)
+	switch len(named) {
+	case 0:
+		return nil, nil
+	case 1:
+		return named[0], nil
+	}
+	if svc := preferred(c.preferNamespaces, named); svc != nil {
+		return svc, nil
+	}
+	candidates := make([]selection, len(named))
+	for i, svc := range named {
+		candidates[i] = selection{name: name{form: formService, svc: n.svc, ns: svc.Namespace}, zone: zone, scheme: c.scheme(zone), snap: snap, svc: svc}
+		c.choose(&candidates[i], dns.TypeTXT)
+	}
+	return nil, candidates
+}
+
+// preferred returns the service of the first namespace of order that candidates has, or nil.
+func preferred(order []string, candidates []*index.Service) *index.Service {
+	for _, ns := range order {
+		for _, c := range candidates {
+			if c.Namespace == ns {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// viewOf is the view of svc that n names: one pod's, one cluster's or the whole service's.
+func viewOf(svc *index.Service, n name) index.View {
+	var view index.View
+	switch {
+	case n.host != "":
+		view, _ = svc.Host(n.cluster, n.host)
+	case n.cluster != "":
+		view, _ = svc.Cluster(n.cluster)
+	default:
+		view = svc.All()
+	}
+	return view
+}
+
+// policyOf returns the policy of answers for svc (nil: none) in zone, and who set it: the zone's,
+// else the service owner's, else the instance's.
+func (c *selector) policyOf(zone string, svc *index.Service) (index.Policy, policySource) {
+	if p, ok := c.policies[zone]; ok {
+		return p, fromZone
+	}
+	if svc != nil {
+		if p, ok := svc.Policy(); ok {
+			return p, fromAnnotation
+		}
+	}
+	return c.policies[""], fromDefault
+}
+
+// keepTargets returns the prefixes of v's records that hold the targets an SRV answer of name n
+// keeps under policy p: all, or the nearest whole tiers until they hold p.Nearest targets with a
+// port n asks for. Each target is one member, counted once, whatever its ports and addresses.
+func keepTargets(p index.Policy, v index.View, n name) index.View {
+	if p.Nearest == 0 {
+		return v
+	}
+	matched, last := 0, uint8(0)
+	for t := range v.Targets() {
+		if t.Tier != last && p.Full(matched) {
+			return index.View{A: below(v.A, t.Tier), AAAA: below(v.AAAA, t.Tier)}
+		}
+		if slices.ContainsFunc(t.Ports, n.matchesPort) {
+			matched++
+		}
+		last = t.Tier
+	}
+	return v
+}
+
+// below returns the prefix of rs, records in tier order, of the tiers nearer than tier.
+func below(rs []index.Record, tier uint8) []index.Record {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].Tier >= tier })
+	return rs[:i:i]
+}
+
+// exists reports whether name n, whose view is view, exists. As in RFC 8020, nothing exists below
+// a name that does not: a name exists when it answers, or when it is an empty non-terminal above
+// one that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints;
+// so does this plugin, and so for everything below it. A one-label name may be a namespace with a
+// global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
+// when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
+func exists(snap *index.Snapshot, n name, view index.View) bool {
+	switch {
+	case n.form == formVersion, n.form == formAboveNameserver:
+		return true
+	case n.form == formNamespace && n.ns == "":
+		return snap.Answers()
+	case n.form == formNamespace:
+		return snap.HasNamespace(n.ns)
+	case view.Empty():
+		return n.form == formService && n.short && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
+	case n.form == formProto, n.form == formSRV:
+		return anyMatches(view.A, n) || anyMatches(view.AAAA, n)
+	}
+	return true
+}
+
+// anyMatches reports whether n matches a record of rs.
+func anyMatches(rs []index.Record, n name) bool {
+	for i := range rs {
+		if n.matches(&rs[i]) {
+			return true
+		}
+	}
+	return false
+}
