@@ -157,7 +157,7 @@ func (t *Topology) links(ctx context.Context, synced func()) {
 // nodes follows the locality labels all of this cluster's Nodes share, from their metadata.
 func (t *Topology) nodes(ctx context.Context, synced func()) {
 	inf := metadatainformer.NewFilteredMetadataInformer(t.meta, nodes, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	t.inform(ctx, synced, inf, "Nodes", func(store cache.Store) {
+	inform(ctx, synced, inf, "Nodes", t.updated, func(store cache.Store) {
 		shared := map[string]string{}
 		for i, o := range store.List() {
 			l := t.localities(o.(*metav1.PartialObjectMetadata).Labels)
@@ -178,7 +178,7 @@ func (t *Topology) informOn(ctx context.Context, synced func(), group, resource 
 		gvr, err := t.served(group, resource)
 		if err == nil && gvr.Resource != "" {
 			inf := dynamicinformer.NewFilteredDynamicInformer(t.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, tweak).Informer()
-			t.inform(ctx, synced, inf, resource+"."+group, read)
+			inform(ctx, synced, inf, resource+"."+group, t.updated, read)
 			return
 		}
 		if err != nil {
@@ -215,12 +215,13 @@ func (t *Topology) served(group, resource string) (schema.GroupVersionResource, 
 
 // inform runs inf until ctx is done, reading its store at each change once it has listed, and
 // says when it has. The first error that is not passing (not allowed to read, say) is logged, once:
-// the reflector retries on its own, and a source it cannot read says nothing.
-func (t *Topology) inform(ctx context.Context, synced func(), inf cache.SharedIndexInformer, what string, read func(cache.Store)) {
+// the reflector retries on its own, and a source it cannot read says nothing. updated, when not
+// nil, tells whether an update changes anything read.
+func inform(ctx context.Context, synced func(), inf cache.SharedIndexInformer, what string, updated func(old, new any) bool, read func(cache.Store)) {
 	var failed atomic.Bool
 	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		if (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err)) && !failed.Swap(true) {
-			telemetry.Log.Warningf("topology: cannot read %s: %v; the topology they tell is not used until they can be read", what, err)
+			telemetry.Log.Warningf("cannot read %s: %v; what they tell is not used until they can be read", what, err)
 			synced() // nothing to wait for
 		}
 	})
@@ -231,8 +232,12 @@ func (t *Topology) inform(ctx context.Context, synced func(), inf cache.SharedIn
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		UpdateFunc: func(old, new any) { t.updated(old, new, changed) },
+		AddFunc: func(any) { changed() },
+		UpdateFunc: func(old, new any) {
+			if updated == nil || updated(old, new) {
+				changed()
+			}
+		},
 		DeleteFunc: func(any) { changed() },
 	})
 	go inf.RunWithContext(ctx)
@@ -244,14 +249,13 @@ func (t *Topology) inform(ctx context.Context, synced func(), inf cache.SharedIn
 	<-ctx.Done()
 }
 
-// updated calls changed unless old and new are two versions of one Node with the same locality
-// labels: a Node's metadata changes with every status update. A Link or the ClusterProperty is
-// read again at every update: they change rarely.
-func (t *Topology) updated(old, new any, changed func()) {
+// updated reports whether old and new, two versions of an object, may tell another topology: not
+// for two versions of one Node with the same locality labels (a Node's metadata changes with
+// every status update). A Link or the ClusterProperty is read again at every update: they change
+// rarely.
+func (t *Topology) updated(old, new any) bool {
 	if o, ok := old.(*metav1.PartialObjectMetadata); ok {
-		if maps.Equal(t.localities(o.Labels), t.localities(new.(*metav1.PartialObjectMetadata).Labels)) {
-			return
-		}
+		return !maps.Equal(t.localities(o.Labels), t.localities(new.(*metav1.PartialObjectMetadata).Labels))
 	}
-	changed()
+	return true
 }

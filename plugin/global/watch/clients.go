@@ -1,0 +1,74 @@
+package watch
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// Clients knows where this cluster's DNS clients run, for answers ranked from the client: each
+// Node's addresses, pod CIDRs and topology labels; with the pod source, every Pod's IPs and node;
+// and the addresses of the forwarders (the cluster DNS's pods), whose queries are every client's.
+// Each is read with a watch that keeps only that (nodes.go, pods.go, forwarders.go).
+type Clients struct {
+	keys  []string // the Node labels a client's place is made of: the topology keys
+	nodes atomic.Pointer[nodeTable]
+	pods  *podTable // nil without the pod source
+	fwd   *forwarders
+	runs  []func(ctx context.Context, synced func())
+}
+
+// NewClients returns the Clients of the cluster client reads: Nodes, labels keys kept; Pods when
+// pods is set; the EndpointSlices of the forwarder Services (<namespace>/<name>). Nothing runs
+// before Run.
+func NewClients(client kubernetes.Interface, keys []string, pods bool, forwarderServices []string) *Clients {
+	c := &Clients{keys: keys, fwd: newForwarders()}
+	c.nodes.Store(&nodeTable{})
+	c.runs = append(c.runs, func(ctx context.Context, synced func()) { c.watchNodes(ctx, client, synced) })
+	if pods {
+		c.pods = newPodTable()
+		c.runs = append(c.runs, func(ctx context.Context, synced func()) { c.pods.run(ctx, client, synced) })
+	}
+	for _, s := range forwarderServices {
+		c.fwd.add(s)
+		c.runs = append(c.runs, func(ctx context.Context, synced func()) { c.fwd.watch(ctx, client, s, synced) })
+	}
+	return c
+}
+
+// Run watches until ctx is done; synced is closed once every watch holds its initial list.
+func (c *Clients) Run(ctx context.Context, synced chan<- struct{}) {
+	var all sync.WaitGroup
+	all.Add(len(c.runs))
+	var running sync.WaitGroup
+	for _, run := range c.runs {
+		running.Go(func() { run(ctx, sync.OnceFunc(all.Done)) })
+	}
+	go func() { all.Wait(); close(synced) }()
+	running.Wait()
+}
+
+// Node implements the handler's locator: the client at a Node's address.
+func (c *Clients) Node(a netip.Addr) *index.Client { return c.nodes.Load().byAddr[a] }
+
+// Pod implements the handler's locator: the client at a Pod's IP (a single address), else at an
+// address in a Node's pod CIDRs (whose length the answer holds for).
+func (c *Clients) Pod(p netip.Prefix) (*index.Client, int) {
+	nodes := c.nodes.Load()
+	if c.pods != nil && p.IsSingleIP() {
+		if name, ok := c.pods.node(p.Addr()); ok {
+			if client := nodes.byName[name]; client != nil {
+				return client, p.Bits()
+			}
+		}
+	}
+	return nodes.inCIDR(p)
+}
+
+// Forwarder implements the handler's locator.
+func (c *Clients) Forwarder(a netip.Addr) bool { return c.fwd.has(a) }
