@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"testing"
@@ -14,10 +15,16 @@ import (
 	"github.com/miekg/dns"
 )
 
-// discard is a ResponseWriter that drops the reply: the benchmarks measure the plugin.
-type discard struct{ *test.ResponseWriter }
+// discard is a ResponseWriter that drops the reply: the benchmarks measure the plugin. Its
+// remote address is made once, as a server's is.
+type discard struct {
+	*test.ResponseWriter
+	remote net.Addr
+}
 
 func (discard) WriteMsg(*dns.Msg) error { return nil }
+
+func (d discard) RemoteAddr() net.Addr { return d.remote }
 
 // BenchmarkServeDNS measures the query path of every name form, so regressions show as allocs/op.
 func BenchmarkServeDNS(b *testing.B) {
@@ -38,16 +45,25 @@ func BenchmarkServeDNS(b *testing.B) {
 		{"nodata", "foo.db.global.", dns.TypeTXT},
 		{"nxdomain", "nope.db.global.", dns.TypeA},
 	} {
-		b.Run(q.name, func(b *testing.B) {
-			m := new(dns.Msg)
-			m.SetQuestion(q.qname, q.qtype)
-			ctx := context.Background()
-			w := discard{&test.ResponseWriter{}}
-			b.ReportAllocs()
-			for b.Loop() {
-				g.ServeDNS(ctx, w, m)
-			}
-		})
+		b.Run(q.name, func(b *testing.B) { benchServe(b, g, q.qname, q.qtype, "") })
+	}
+	// Ranked from a client on a node (6 A records over 5 tiers), and a zonal name.
+	z := zonedGlobal(b, clientSources{node: true})
+	z.rotate = true
+	b.Run("client", func(b *testing.B) { benchServe(b, z, "zz.db.global.", dns.TypeA, "10.1.0.1") })
+	b.Run("zonal", func(b *testing.B) { benchServe(b, z, "za.pin._zone.zz.db.global.", dns.TypeA, "") })
+}
+
+// benchServe measures g answering qname from address from ("": the test writer's).
+func benchServe(b *testing.B, g *Global, qname string, qtype uint16, from string) {
+	m := new(dns.Msg)
+	m.SetQuestion(qname, qtype)
+	ctx := context.Background()
+	tw := &test.ResponseWriter{RemoteIP: from}
+	var w dns.ResponseWriter = discard{tw, tw.RemoteAddr()} // boxed once, not per query
+	b.ReportAllocs()
+	for b.Loop() {
+		g.ServeDNS(ctx, w, m)
 	}
 }
 

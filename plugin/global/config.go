@@ -41,8 +41,9 @@ const (
 // defaults is the plugin as a stanza without options configures it.
 func defaults(zones []string) *Global {
 	return &Global{
-		Zones:          zones,
-		corefile:       index.Topology{Local: defaultCluster, Unnamed: true, Keys: index.DefaultKeys, Locality: map[string]map[string]string{}},
+		Zones: zones,
+		corefile: index.Topology{Local: defaultCluster, Unnamed: true, Keys: index.DefaultKeys, ClientKeys: index.DefaultClientKeys,
+			Locality: map[string]map[string]string{}},
 		recordMaker:    recordMaker{ttl: defaultTTL, rotate: true},
 		startupTimeout: defaultStartupTimeout,
 		exportSelector: watch.DefaultExportSelector,
@@ -111,7 +112,11 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 	case "locality":
 		err = parseLocality(c, args, g.corefile.Locality)
 	case "topology":
-		g.corefile.Keys, err = parseTopology(c, args)
+		g.corefile.Keys, g.corefile.ClientKeys, err = parseTopology(c, args)
+	case "client_locality":
+		g.sources, err = parseClientSources(c, args)
+	case "client_forwarders":
+		g.forwarders, err = parseForwarders(c, args)
 	case "ttl":
 		g.ttl, err = intArg[uint32](c, opt, args, 0, 3600)
 	case "fallthrough":
@@ -173,6 +178,9 @@ func (g *Global) check(c *caddy.Controller) error {
 	}
 	if g.writerConfig.ServiceImports && g.writerConfig.Suffix == writer.MCSSuffix {
 		return c.Errf("service_suffix %s would name the -global EndpointSlices as the MCS ones of serviceimports on", writer.MCSSuffix)
+	}
+	if g.forwarders != nil && g.sources == (clientSources{}) {
+		return c.Errf("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
 	}
 	if !g.election.CheckTimings() {
 		return c.Errf("lease timings must satisfy lease_duration > lease_renew_deadline > %.1f x lease_retry_period, not %v, %v, %v",
@@ -388,21 +396,65 @@ func parseLocality(c *caddy.Controller, args []string, loc map[string]map[string
 	return nil
 }
 
-// parseTopology parses `topology KEYS...`, the preference keys.
-func parseTopology(c *caddy.Controller, args []string) ([]string, error) {
+// parseTopology parses `topology KEYS...`, the preference keys: those of the cluster's tiers, and
+// all of them, hostname and cluster included, for a known client's.
+func parseTopology(c *caddy.Controller, args []string) (clusterKeys, clientKeys []string, err error) {
 	if len(args) == 0 || len(args) > maxTopologyKeys {
-		return nil, c.Errf("topology takes 1 to %d keys", maxTopologyKeys)
+		return nil, nil, c.Errf("topology takes 1 to %d keys", maxTopologyKeys)
 	}
-	keys := make([]string, 0, len(args))
 	for _, a := range args {
-		k, err := localityKey(c, a)
-		if err != nil {
-			return nil, err
+		k := map[string]string{"hostname": index.HostnameKey, "cluster": index.ClusterKey}[a]
+		if k == "" {
+			if k, err = localityKey(c, a); err != nil {
+				return nil, nil, err
+			}
+			clusterKeys = append(clusterKeys, k)
 		}
-		if slices.Contains(keys, k) {
-			return nil, c.Errf("topology lists %s twice", k)
+		if slices.Contains(clientKeys, k) {
+			return nil, nil, c.Errf("topology lists %s twice", k)
 		}
-		keys = append(keys, k)
+		clientKeys = append(clientKeys, k)
 	}
-	return keys, nil
+	return clusterKeys, clientKeys, nil
+}
+
+// parseClientSources parses `client_locality SOURCE...`: ecs, node or pod, each once.
+func parseClientSources(c *caddy.Controller, args []string) (clientSources, error) {
+	var s clientSources
+	if len(args) == 0 {
+		return s, c.ArgErr()
+	}
+	for i, a := range args {
+		if slices.Contains(args[:i], a) {
+			return s, c.Errf("client_locality lists %s twice", a)
+		}
+		switch a {
+		case sourceECS:
+			s.ecs = true
+		case sourceNode:
+			s.node = true
+		case sourcePod:
+			s.pod = true
+		default:
+			return s, c.Errf("client_locality takes ecs, node or pod, not %q", a)
+		}
+	}
+	return s, nil
+}
+
+// parseForwarders parses `client_forwarders NAMESPACE/SERVICE...`.
+func parseForwarders(c *caddy.Controller, args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, c.ArgErr()
+	}
+	for i, a := range args {
+		ns, name, ok := strings.Cut(a, "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
+			return nil, c.Errf("client_forwarders: %q is not a Service's <namespace>/<name>", a)
+		}
+		if slices.Contains(args[:i], a) {
+			return nil, c.Errf("client_forwarders lists %q twice", a)
+		}
+	}
+	return args, nil
 }

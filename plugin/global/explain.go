@@ -105,7 +105,8 @@ func explainAmbiguous(s *selection) []string {
 }
 
 // explainService is the explanation of a name of a global service, the summary first: each record
-// in the name's scope, answered or why not.
+// in the name's scope, answered or why not, in the answer's order (ready first, IPv4 first, then
+// by tier: the client's, when the answer is ranked from it).
 func explainService(s *selection) []string {
 	n, svc := s.name, s.svc
 	topo := svc.Topology()
@@ -113,45 +114,92 @@ func explainService(s *selection) []string {
 	for _, m := range svc.Members {
 		member[topo.ClusterOf(m)] = m.Namespace + "/" + m.Name
 	}
-	var lines []string
+	type line struct {
+		r    *index.Record
+		tier uint8
+		text string
+	}
+	var lines []line
 	answered, leftOut := 0, 0
 	for r := range svc.Records().All() {
 		if !n.scopes(r) {
 			continue
 		}
-		state, port := strings.ReplaceAll(r.State(), "_", "-"), ""
-		switch {
-		case n.form == formSRV || n.form == formProto:
-			if port = ports(r, n); port == "" && r.Ready {
-				state = "no-matching-port"
-			}
-		case s.inSRV(r) != s.answers(r):
-			// The SRV answer keeps whole tiers of targets, the address answers of addresses of
-			// one family: where a tier holds one family only, they can differ.
-			port = map[bool]string{true: " srv=answered", false: " srv=left-out"}[s.inSRV(r)]
-		}
-		switch {
-		case s.answers(r):
+		state, more := recordState(s, r)
+		if s.answers(r) {
 			answered++
-		case state == index.StateReady && n.form == formProto:
-			state = "answered-by-port-names" // an empty non-terminal answers nothing itself
-			leftOut++
-		case state == index.StateReady:
-			state = "beyond-nearest"
-			fallthrough
-		default:
+		} else {
 			leftOut++
 		}
-		lines = append(lines, fmt.Sprintf("addr=%s host=%s cluster=%s tier=%d why=%s member=%s state=%s%s",
-			r.Addr(), r.Host, r.Cluster, r.Tier, topo.Why(r.Cluster), member[r.Cluster], state, port))
+		tier, why := r.Tier, topo.Why(r.Cluster)
+		if s.client != nil {
+			tier, why = s.tier(r), topo.ClientWhy(r, s.client)
+		}
+		lines = append(lines, line{r, tier, fmt.Sprintf("addr=%s host=%s cluster=%s tier=%d why=%s member=%s state=%s%s",
+			r.Addr(), r.Host, r.Cluster, tier, why, member[r.Cluster], state, more)})
 	}
+	slices.SortStableFunc(lines, func(a, b line) int {
+		return cmp.Or(cmp.Compare(notReady(a.r), notReady(b.r)), cmp.Compare(a.r.Family(), b.r.Family()), cmp.Compare(a.tier, b.tier))
+	})
 	// Names below the apex are explained once synced only: SERVFAIL before.
 	summary := fmt.Sprintf("service=%s records=%d left-out=%d synced=true serial=%d age=%d policy=%s from=%s",
 		svc.Key, answered, leftOut, s.snap.Serial, age(svc.Built()), strings.ReplaceAll(s.policy.String(), " ", "-"), s.from)
+	summary += explainQuerier(s)
 	if !s.exists {
 		summary += " exists=false: no ready record here"
 	}
-	return append(append([]string{summary}, explainTiers(s)...), lines...)
+	out := append([]string{summary}, explainTiers(s)...)
+	for _, l := range lines {
+		out = append(out, l.text)
+	}
+	return out
+}
+
+// notReady is 1 for a record that is not ready, else 0: ready records come first.
+func notReady(r *index.Record) int {
+	if r.Ready {
+		return 0
+	}
+	return 1
+}
+
+// recordState is the state= of record r's line, and what follows it: the ports of an SRV name,
+// or where the SRV answer of an address name differs from its address answers.
+func recordState(s *selection, r *index.Record) (state, more string) {
+	n := s.name
+	state = strings.ReplaceAll(r.State(), "_", "-")
+	switch {
+	case n.form == formSRV || n.form == formProto:
+		if more = ports(r, n); more == "" && r.Ready {
+			state = "no-matching-port"
+		}
+	case s.inSRV(r) != s.answers(r):
+		// The SRV answer keeps whole tiers of targets, the address answers of addresses of one
+		// family: where a tier holds one family only, they can differ.
+		more = map[bool]string{true: " srv=answered", false: " srv=left-out"}[s.inSRV(r)]
+	}
+	switch {
+	case s.answers(r), state != index.StateReady:
+	case s.zoned && !s.inZone(r):
+		state = "other-zone"
+	case n.form == formProto:
+		state = "answered-by-port-names" // an empty non-terminal answers nothing itself
+	default:
+		state = "beyond-nearest"
+	}
+	return state, more
+}
+
+// explainQuerier says, with client_locality, whom the answer is ranked from: the client's place
+// and how it was learned, or unknown: the cluster's view.
+func explainQuerier(s *selection) string {
+	switch {
+	case s.learned == "":
+		return ""
+	case s.client == nil:
+		return " client=unknown"
+	}
+	return " client=" + s.svc.Topology().Describe(s.client) + " client-from=" + s.learned
 }
 
 // ports is " port=P,Q" for the ports of r that n asks for, "" for none.
@@ -179,19 +227,30 @@ func explainTiers(s *selection) []string {
 		ready    int
 	}
 	tiers := map[uint8]*tier{}
-	for _, c := range s.svc.Clusters() {
-		if s.name.cluster != "" && c.Name != s.name.cluster {
-			continue
+	add := func(t uint8, cluster string) {
+		if tiers[t] == nil {
+			tiers[t] = &tier{}
 		}
-		t := tiers[c.Tier]
-		if t == nil {
-			t = &tier{}
-			tiers[c.Tier] = t
+		if cs := tiers[t].clusters; !slices.Contains(cs, cluster) {
+			tiers[t].clusters = append(cs, cluster)
 		}
-		t.clusters = append(t.clusters, c.Name)
+	}
+	if s.client == nil {
+		for _, c := range s.svc.Clusters() {
+			if s.name.cluster == "" || c.Name == s.name.cluster {
+				add(c.Tier, c.Name)
+			}
+		}
+	} else { // the client's tiers are its records', a cluster's in several
+		for r := range s.svc.Records().All() {
+			if s.name.scopes(r) {
+				add(s.tier(r), r.Cluster)
+			}
+		}
 	}
 	for _, rs := range [][]index.Record{s.view.A, s.view.AAAA} {
 		for _, r := range rs {
+			add(r.Tier, r.Cluster)
 			tiers[r.Tier].ready++
 		}
 	}

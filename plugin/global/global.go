@@ -38,6 +38,8 @@ type Global struct {
 	recordMaker                    // ttl, rotate: how answers are made of it
 	Fall           fall.F          // fallthrough
 	explain        bool            // explain: answer CH TXT with the explanation of a name
+	sources        clientSources   // client_locality: how clients are learned
+	forwarders     []string        // client_forwarders: the cluster DNS's Services, <namespace>/<name>
 	startupTimeout time.Duration   // startup_timeout
 	kubeconfig     string          // kubeconfig PATH [CONTEXT]
 	kubeContext    string          // kubeconfig's CONTEXT
@@ -52,6 +54,8 @@ type Global struct {
 	watcher  *watch.Watcher
 	index    *index.Index
 	topology *watch.Topology // what the cluster's objects say of the topology
+	clients  *watch.Clients  // with client_locality: where clients run
+	locator  locator         // clients, as the handler asks them; nil without client_locality
 	warned   map[string]bool // the topology's disagreements with the Corefile, as last logged
 
 	// The EndpointSlice writer, nil with `endpointslices off`, and the client of the Lease that gates it.
@@ -96,6 +100,13 @@ func (g *Global) OnStartup() error {
 			log.Errorf("watch: %v", err)
 		}
 	}()
+	clientsSynced := make(chan struct{})
+	if g.clients != nil {
+		g.wg.Add(1)
+		go func() { defer g.wg.Done(); g.clients.Run(ctx, clientsSynced) }()
+	} else {
+		close(clientsSynced)
+	}
 	if g.leftovers != nil {
 		g.wg.Add(1)
 		go func() { defer g.wg.Done(); g.leftovers(ctx) }()
@@ -117,13 +128,22 @@ func (g *Global) OnStartup() error {
 	defer deadline.Stop()
 	say := time.NewTicker(time.Second)
 	defer say.Stop()
-	for !g.index.Ready() {
+	// Clients known before the first answer, too: until then answers are the cluster's view.
+	indexSynced := g.index.Synced()
+	for indexSynced != nil || clientsSynced != nil {
 		select {
-		case <-g.index.Synced():
+		case <-indexSynced:
+			indexSynced = nil
+		case <-clientsSynced:
+			clientsSynced = nil
 		case <-say.C:
 			log.Info("waiting for the Kubernetes API before starting the server")
 		case <-deadline.C:
-			log.Warningf("starting the server with an unsynced Kubernetes API: names in %v answer SERVFAIL until it syncs", g.Zones)
+			if !g.index.Ready() {
+				log.Warningf("starting the server with an unsynced Kubernetes API: names in %v answer SERVFAIL until it syncs", g.Zones)
+			} else {
+				log.Warning("starting the server before the clients' Nodes and Pods are read: answers are the cluster's view until they are")
+			}
 			return nil
 		}
 	}

@@ -33,6 +33,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	snap := g.index.Snapshot()
 	chaos := state.QClass() == dns.ClassCHAOS && g.explain
 	final := false // an answer fallthrough must not pass on
+	q, ecs := g.querier(w, r)
 
 	switch n := g.scheme(zone).parse(qname, zone); {
 	case state.QClass() != dns.ClassINET && !chaos:
@@ -48,7 +49,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		m.Authoritative = false
 		m.Rcode = dns.RcodeRefused
 	case chaos:
-		final = g.explainName(state, m, snap, n)
+		final = g.explainName(state, m, snap, n, q)
 	case n.form == formApex:
 		g.apex(state, m, snap)
 	case n.form == formNameserver:
@@ -57,9 +58,15 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		// Never NXDOMAIN before the first sync: the name may well exist.
 		g.unsynced(r, m)
 	default:
-		s := g.selectName(snap, zone, n, state.QType())
+		s := g.selectName(snap, zone, n, state.QType(), q)
 		final = s.ambiguous()
 		g.answer(state, m, &s)
+	}
+	if ecs != nil {
+		if len(m.Answer) == 0 {
+			ecs.SourceScope = 0 // no records: nothing that depends on who asks
+		}
+		setSubnet(r, m, ecs)
 	}
 
 	if !final && m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
@@ -189,7 +196,7 @@ func (g *Global) answerAmbiguous(state request.Request, m *dns.Msg, s *selection
 // explainName answers a query in class CH: TXT records with the explanation of the IN answer for
 // the same name, from the same snapshot, with the same rcode, and class CH records only. It reports
 // whether the name is an ambiguous short name, which fallthrough must not pass on.
-func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snapshot, n name) (ambiguous bool) {
+func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snapshot, n name, q querier) (ambiguous bool) {
 	var lines []string
 	switch {
 	case n.form == formApex:
@@ -201,7 +208,7 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 		m.Rcode = dns.RcodeServerFailure
 		lines = []string{"synced=false: waiting for the Kubernetes API; IN answers SERVFAIL until then"}
 	default:
-		s := g.selectName(snap, state.Zone, n, dns.TypeTXT)
+		s := g.selectName(snap, state.Zone, n, dns.TypeTXT, q)
 		switch ambiguous = s.ambiguous(); {
 		case ambiguous:
 			g.answerAmbiguous(state, m, &s)
@@ -267,7 +274,9 @@ func setEDE(req, m *dns.Msg, code uint16, text string) {
 	if o == nil {
 		return
 	}
-	m.SetEdns0(o.UDPSize(), o.Do())
+	if m.IsEdns0() == nil {
+		m.SetEdns0(o.UDPSize(), o.Do())
+	}
 	opt := m.IsEdns0()
 	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: text})
 }

@@ -15,7 +15,7 @@ import (
 // explanation, the selection itself, and names. A file uses names of its own layer and of those
 // below it only, so a query is followed one way down, as in CoreDNS's k8s_external.
 var layers = [][]string{
-	{"global.go", "setup.go", "config.go", "args.go", "handler.go"},
+	{"global.go", "setup.go", "config.go", "args.go", "handler.go", "client.go"},
 	{"selector.go"},
 	{"records.go", "explain.go"},
 	{"selection.go"},

@@ -44,12 +44,61 @@ func schemeOf(mcsZones []string, zone string) scheme {
 	return schemeGlobal
 }
 
-// parse parses qname under zone in scheme s.
+// parse parses qname under zone in scheme s: a name of the scheme, or a zonal name of one.
 func (s scheme) parse(qname, zone string) name {
-	if s == schemeMCS {
-		return parseMCSName(qname, zone)
+	z, topoZone, base, zonal := cutZonal(qname, zone)
+	if !zonal {
+		base = qname
 	}
-	return parseName(qname, zone)
+	var n name
+	if s == schemeMCS {
+		n = parseMCSName(base, zone)
+	} else {
+		n = parseName(base, zone)
+	}
+	if zonal {
+		if z == zonalNone || n.form != formService && n.form != formSRV && n.form != formProto {
+			return name{} // an unknown directive, or a name without records: NXDOMAIN, as CoreDNS
+		}
+		n.zonal, n.zone = z, topoZone
+	}
+	return n
+}
+
+// zonal is the directive of a zonal name, <topology-zone>.pin|prefer._zone.<name>, as CoreDNS's
+// kubernetes plugin defines them (its README, "Zonal Names"): pin answers only the records in the
+// topology zone (NODATA when none), prefer those, or all of them when none.
+type zonal uint8
+
+const (
+	zonalNone zonal = iota
+	zonalPin
+	zonalPrefer
+)
+
+// zoneLabel anchors a zonal name, as CoreDNS's: no name of a scheme has it left of its service.
+const zoneLabel = "._zone."
+
+// cutZonal splits a zonal name into its directive, topology zone (every label left of the
+// directive: zone values may contain dots) and the name it scopes; ok is false when qname has no
+// zone label, z zonalNone when the directive is unknown. It does not allocate.
+func cutZonal(qname, zone string) (z zonal, topoZone, base string, ok bool) {
+	i := strings.Index(qname, zoneLabel)
+	if i < 0 || len(qname)-(i+len(zoneLabel)) <= len(zone) {
+		return zonalNone, "", "", false
+	}
+	prefix, base := qname[:i], qname[i+len(zoneLabel):]
+	j := strings.LastIndexByte(prefix, '.')
+	if j <= 0 {
+		return zonalNone, "", base, true
+	}
+	switch prefix[j+1:] {
+	case "pin":
+		z = zonalPin
+	case "prefer":
+		z = zonalPrefer
+	}
+	return z, prefix[:j], base, true
 }
 
 // serviceDomain is the name of global service k under zone, where its records' names end, in the
@@ -109,7 +158,9 @@ type name struct {
 	form                   form
 	svc, ns, cluster, host string
 	port, proto            string
-	short                  bool // no namespace: <svc>.<zone> forms
+	short                  bool   // no namespace: <svc>.<zone> forms
+	zonal                  zonal  // a zonal name's directive: the records of topology zone zone
+	zone                   string // a zonal name's topology zone
 }
 
 // scopes reports whether record r is in the scope n names: its pod's, its cluster's, or the whole

@@ -1,7 +1,11 @@
 package global
 
 import (
+	"strings"
+
 	"github.com/globaldns/global/plugin/global/index"
+
+	"github.com/miekg/dns"
 )
 
 // selection is what a query name selects from one snapshot, computed once (selector.go) and
@@ -18,7 +22,16 @@ type selection struct {
 	svc        *index.Service
 	candidates []selection
 
-	view   index.View // the ready records of the scope the name names: one pod's, one cluster's, all
+	// querier is the client the answer is ranked from, when known: then every record's tier is
+	// the client's (Topology.ClientTier), not the cluster's.
+	querier
+
+	// view is the ready records of the scope the name names (one pod's, one cluster's, all), of
+	// its topology zone only when zoned (a zonal name's pin, or its prefer with records there),
+	// in answer order.
+	view  index.View
+	zoned bool
+
 	policy index.Policy
 	from   policySource
 
@@ -59,24 +72,73 @@ func (s *selection) answers(r *index.Record) bool {
 	case formSRV:
 		return s.inSRV(r)
 	}
-	return s.inScope(r) && keeps(s.a, s.aaaa, r)
+	return s.inView(r) && keeps(s.a, s.aaaa, r.Family(), s.tier(r))
 }
 
 // inSRV reports whether record r is an address of a target of the SRV answer to the name.
 func (s *selection) inSRV(r *index.Record) bool {
-	return s.inScope(r) && s.name.matches(r) && keeps(s.srv.A, s.srv.AAAA, r)
+	return s.inView(r) && s.name.matches(r) && keeps(s.srv.A, s.srv.AAAA, r.Family(), s.tier(r))
 }
 
-func (s *selection) inScope(r *index.Record) bool { return r.Ready && s.name.scopes(r) }
+// inView reports whether record r is in the view: ready, in the name's scope and zone.
+func (s *selection) inView(r *index.Record) bool {
+	return r.Ready && s.name.scopes(r) && (!s.zoned || s.inZone(r))
+}
 
-// keeps reports whether r, a ready record in scope, is of a tier kept in a (IPv4) or aaaa (IPv6):
-// prefixes of the scope's records, in tier order.
-func keeps(a, aaaa []index.Record, r *index.Record) bool {
+// inZone reports whether record r is in the topology zone of the name, a zonal one.
+func (s *selection) inZone(r *index.Record) bool {
+	return strings.EqualFold(s.svc.Topology().ZoneOf(r), s.name.zone)
+}
+
+// tier returns the tier of record r in this answer: the client's view of it, or the cluster's.
+func (s *selection) tier(r *index.Record) uint8 {
+	if s.client != nil {
+		return s.svc.Topology().ClientTier(r, s.client)
+	}
+	return r.Tier
+}
+
+// keeps reports whether a record of family f and tier t, ready, in scope, is of a tier kept in a
+// (IPv4) or aaaa (IPv6): prefixes of the view's records, in tier order.
+func keeps(a, aaaa []index.Record, f index.Family, t uint8) bool {
 	kept := a
-	if r.Family() == index.IPv6 {
+	if f == index.IPv6 {
 		kept = aaaa
 	}
-	return len(kept) > 0 && r.Tier <= kept[len(kept)-1].Tier
+	return len(kept) > 0 && t <= kept[len(kept)-1].Tier
+}
+
+// reshape makes the view of a zonal name or a client-ranked answer: the records of the name's
+// topology zone (a prefer name's, when it has some), ranked from the client, for the families a
+// question of qtype answers.
+func (s *selection) reshape(qtype uint16) {
+	topo := s.svc.Topology()
+	var keep func(*index.Record) bool
+	if s.name.zonal != zonalNone {
+		s.zoned = s.name.zonal == zonalPin || s.zoneAnswers()
+		if s.zoned {
+			keep = s.inZone
+		}
+	}
+	if qtype != dns.TypeAAAA {
+		s.view.A = topo.Ranked(s.view.A, s.client, keep)
+	}
+	if qtype != dns.TypeA {
+		s.view.AAAA = topo.Ranked(s.view.AAAA, s.client, keep)
+	}
+}
+
+// zoneAnswers reports whether the name's topology zone holds a record of the view the name
+// matches: a prefer name then answers them, else all.
+func (s *selection) zoneAnswers() bool {
+	for _, rs := range [2][]index.Record{s.view.A, s.view.AAAA} {
+		for i := range rs {
+			if s.name.matches(&rs[i]) && s.inZone(&rs[i]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // answersTier reports whether the answer to the name holds records of tier t.
@@ -93,6 +155,14 @@ func (s *selection) answersTier(t uint8) bool {
 		}
 	}
 	return false
+}
+
+// querier is who asks, when the answer is ranked from the client: where it runs, and how that
+// was learned (client_locality's source: ecs, node or pod). A nil client is the cluster's view:
+// learned is "" without client_locality, "none" when no source told.
+type querier struct {
+	client  *index.Client
+	learned string
 }
 
 // policySource says who set the policy of an answer.

@@ -1,6 +1,7 @@
 package global
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
 )
 
@@ -68,7 +71,8 @@ func parseExplanation(lines []string, domain string, srvName bool) (records []ex
 
 // TestExplanationIsTheAnswer walks every name form, policy and question type over one fixture: the
 // records dig CH TXT lists as answered are exactly the answer section (and the SRV answer's glue),
-// and the summary counts them.
+// and the summary counts them. Then again over a cluster spread over zones, for zonal names and
+// answers ranked from clients on two nodes and from an unknown one.
 func TestExplanationIsTheAnswer(t *testing.T) {
 	g := newGlobal(t, walkSource(), index.Key{Namespace: "db", Name: "mixed"})
 	g.explain = true
@@ -76,27 +80,50 @@ func TestExplanationIsTheAnswer(t *testing.T) {
 	g.policies = map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 2}, "near3.global.": {Nearest: 3}}
 	forms := []string{"foo.db", "foo", "east.foo.db", "west.foo.db", "foo-3.east.foo.db", "foo-0.west.foo.db",
 		"_db._tcp.foo.db", "_metrics._tcp.foo.db", "_tcp.foo.db", "_db._tcp.foo", "_metrics._tcp.east.foo.db",
-		"mixed.db", "west.mixed.db", "_db._tcp.mixed.db", "_metrics._tcp.mixed.db", "empty.db", "nope.db", "db"}
-	checked := 0
+		"mixed.db", "west.mixed.db", "_db._tcp.mixed.db", "_metrics._tcp.mixed.db", "empty.db", "nope.db", "db",
+		"z1.pin._zone.foo.db", "z2.prefer._zone.mixed.db"}
+	checked := walk(t, g, forms, "10.240.0.1")
+
+	g = zonedGlobal(t, clientSources{node: true})
+	g.Zones = []string{"global.", "near.global.", "near2.global."}
+	g.policies = map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 2}}
+	forms = []string{"zz.db", "east.zz.db", "zz-1.east.zz.db", "_db._tcp.zz.db", "za.pin._zone.zz.db", "zb.pin._zone.zz.db",
+		"nowhere.pin._zone.zz.db", "nowhere.prefer._zone.zz.db", "za.prefer._zone._db._tcp.zz.db", "zc.pin._zone.zz.db"}
+	for _, from := range []string{"10.1.0.1", "10.1.0.3", "10.7.7.7"} {
+		checked += walk(t, g, forms, from)
+	}
+	t.Logf("%d name, policy, question and client combinations", checked)
+}
+
+// walk checks every form in every zone of g, asked from address from, and returns how many
+// questions it asked.
+func walk(t *testing.T, g *Global, forms []string, from string) (checked int) {
+	t.Helper()
 	for _, zone := range g.Zones {
 		for _, form := range forms {
 			qname := form + "." + zone
-			ch := chaos(t, g, qname, dns.ClassCHAOS)
+			ch := askCH(t, g, from, qname)
 			lines := txts(t, ch)
 			svc, ns := "foo", "db"
-			if strings.Contains(form, "mixed") {
-				svc = "mixed"
+			for _, s := range []string{"mixed", "zz"} {
+				if strings.Contains(form, s+".db") {
+					svc = s
+				}
 			}
-			srvName := strings.HasPrefix(form, "_")
+			base := form
+			if _, b, ok := strings.Cut(form, "._zone."); ok {
+				base = b
+			}
+			srvName := strings.HasPrefix(base, "_")
 			records, count := parseExplanation(lines, svc+"."+ns+"."+zone, srvName)
 			for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV, dns.TypeANY} {
-				in := query(t, g, qname, qtype)
+				in := ask(t, g, from, "", qname, qtype)
 				if in.Rcode != ch.Rcode {
-					t.Errorf("%s %s: IN %s, CH %s", qname, dns.TypeToString[qtype], dns.RcodeToString[in.Rcode], dns.RcodeToString[ch.Rcode])
+					t.Errorf("%s %s from %s: IN %s, CH %s", qname, dns.TypeToString[qtype], from, dns.RcodeToString[in.Rcode], dns.RcodeToString[ch.Rcode])
 				}
 				got, want := answerSet(in, srvName), explainedSet(records, qtype, srvName)
 				if !slices.Equal(got, want) {
-					t.Errorf("%s %s:\n answer      %q\n explanation %q\n%s", qname, dns.TypeToString[qtype], got, want, strings.Join(lines, "\n"))
+					t.Errorf("%s %s from %s:\n answer      %q\n explanation %q\n%s", qname, dns.TypeToString[qtype], from, got, want, strings.Join(lines, "\n"))
 				}
 				checked++
 			}
@@ -111,7 +138,20 @@ func TestExplanationIsTheAnswer(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d name, policy and question combinations", checked)
+	return checked
+}
+
+// askCH asks g for the explanation of qname from address from.
+func askCH(t *testing.T, g *Global, from, qname string) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(qname, dns.TypeTXT)
+	m.Question[0].Qclass = dns.ClassCHAOS
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from})
+	if _, err := g.ServeDNS(context.Background(), rec, m); err != nil || rec.Msg == nil {
+		t.Fatalf("%s: %v %v", qname, err, rec.Msg)
+	}
+	return rec.Msg
 }
 
 // answerSet renders what an answer holds, sorted: addresses (the SRV answer's glue too), and an

@@ -20,10 +20,10 @@ type selector struct {
 func (c *selector) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
 
 // selectName computes what name n, parsed under zone, selects from snap for a question of qtype
-// (dns.TypeTXT in class CH, an explanation: every answer's records): everything an answer or an
-// explanation of it says.
-func (c *selector) selectName(snap *index.Snapshot, zone string, n name, qtype uint16) selection {
-	s := selection{name: n, zone: zone, scheme: c.scheme(zone), snap: snap}
+// (dns.TypeTXT in class CH, an explanation: every answer's records) asked by q: everything an
+// answer or an explanation of it says.
+func (c *selector) selectName(snap *index.Snapshot, zone string, n name, qtype uint16, q querier) selection {
+	s := selection{name: n, zone: zone, scheme: c.scheme(zone), snap: snap, querier: q}
 	if n.svc != "" {
 		s.svc, s.candidates = c.service(snap, zone, n)
 	}
@@ -38,6 +38,11 @@ func (c *selector) choose(s *selection, qtype uint16) {
 	if s.svc != nil {
 		s.view = viewOf(s.svc, n)
 	}
+	// A zonal name exists where its service's name does.
+	s.exists = exists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
+	if s.svc != nil && (n.zonal != zonalNone || s.client != nil) {
+		s.reshape(qtype)
+	}
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
 	s.policy, s.from = c.policyOf(s.zone, s.svc)
 	if qtype != dns.TypeSRV {
@@ -46,7 +51,6 @@ func (c *selector) choose(s *selection, qtype uint16) {
 	if qtype != dns.TypeA && qtype != dns.TypeAAAA {
 		s.srv = keepTargets(s.policy, s.view, n)
 	}
-	s.exists = exists(s.snap, n, s.view)
 }
 
 // service finds the global service a name of one refers to: nil when there is none. A short name

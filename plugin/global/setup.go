@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -69,12 +70,29 @@ func (g *Global) build() error {
 		return err
 	}
 	g.index = index.New(&g.corefile, g.watcher)
+	if g.sources != (clientSources{}) {
+		forwarders := g.forwarders
+		if forwarders == nil {
+			forwarders = []string{defaultForwarder}
+		}
+		g.clients = watch.NewClients(client, nodeKeys(g.corefile.ClientKeys), g.sources.pod, forwarders)
+		g.locator = g.clients
+	}
 	g.writerConfig.Owner = writer.Owner(g.election.Namespace, g.election.Name)
 	if !g.endpointSlices {
 		g.leftovers = func(ctx context.Context) { writer.Leftovers(ctx, client, g.namespaces, g.writerConfig.Owner) }
 		return nil
 	}
 	return g.buildWriter(rc)
+}
+
+// defaultForwarder is the cluster DNS's Service in kubeadm clusters and most distributions.
+const defaultForwarder = "kube-system/kube-dns"
+
+// nodeKeys are the Node labels a client's place is made of: its topology keys but its node's name
+// and its cluster.
+func nodeKeys(keys []string) []string {
+	return slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return k == index.HostnameKey || k == index.ClusterKey })
 }
 
 // topologyWatch watches what the cluster's objects say of the topology.

@@ -53,6 +53,16 @@ func TestParse(t *testing.T) {
 	if g, err = parse(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !g.writerConfig.ServiceImports {
 		t.Errorf("serviceimports: %v, %v", g.writerConfig.ServiceImports, err)
 	}
+	// Answers ranked from clients: off by default; the client keys follow `topology` when given.
+	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || g.sources != (clientSources{}) ||
+		!slices.Equal(g.corefile.ClientKeys, index.DefaultClientKeys) {
+		t.Errorf("client defaults: %+v %v, %v", g.sources, g.corefile.ClientKeys, err)
+	}
+	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality pod ecs\n client_forwarders kube-system/coredns dns/dnsdist\n topology hostname zone cluster\n}"))
+	if err != nil || g.sources != (clientSources{ecs: true, pod: true}) || !slices.Equal(g.forwarders, []string{"kube-system/coredns", "dns/dnsdist"}) ||
+		!slices.Equal(g.corefile.Keys, []string{index.ZoneKey}) || !slices.Equal(g.corefile.ClientKeys, []string{index.HostnameKey, index.ZoneKey, index.ClusterKey}) {
+		t.Errorf("client options: %+v %v %v %v, %v", g.sources, g.forwarders, g.corefile.Keys, g.corefile.ClientKeys, err)
+	}
 	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports {
 		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
@@ -216,6 +226,12 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n lease_retry_period 9s\n}", "lease timings must satisfy"},
 		{"global {\n apiserver_qps 0\n}", "apiserver_qps must be a number > 0"},
 		{"global {\n apiserver_burst x\n}", "apiserver_burst must be an integer >= 1"},
+		{"global {\n client_locality\n}", "Wrong argument count"},
+		{"global {\n client_locality ecs gps\n}", `client_locality takes ecs, node or pod, not "gps"`},
+		{"global {\n client_locality node node\n}", "client_locality lists node twice"},
+		{"global {\n client_forwarders kube-system/kube-dns\n}", "client_forwarders needs client_locality"},
+		{"global {\n client_locality ecs\n client_forwarders kube-dns\n}", `client_forwarders: "kube-dns" is not a Service's <namespace>/<name>`},
+		{"global {\n topology hostname zone hostname\n}", "topology lists kubernetes.io/hostname twice"},
 	} {
 		_, err := parse(caddy.NewTestController("dns", tc.corefile))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -21,10 +21,13 @@ var DefaultKeys = []string{ZoneKey, RegionKey}
 // preference key Keys[i-1] on which its locality equals this cluster's, and len(Keys)+1 otherwise.
 // It is immutable once in use: a change is a new Topology (see Index.SetTopology).
 type Topology struct {
-	Local    string                       // this cluster's name
-	Unnamed  bool                         // Local is a default: nothing names this cluster
-	Keys     []string                     // preference keys, most specific first
-	Locality map[string]map[string]string // cluster -> key -> value
+	Local   string   // this cluster's name
+	Unnamed bool     // Local is a default: nothing names this cluster
+	Keys    []string // preference keys, most specific first
+	// ClientKeys rank records from a known client (ClientTier): the `topology` keys as given,
+	// hostname and cluster included, else DefaultClientKeys.
+	ClientKeys []string
+	Locality   map[string]map[string]string // cluster -> key -> value
 	// Where Local and each cluster's Locality come from: a Source; SourceCorefile when unset.
 	LocalFrom    string
 	LocalityFrom map[string]string
@@ -52,7 +55,7 @@ type Discovered struct {
 // and each disagreement of d with it is returned as a warning. A cluster's locality comes whole
 // from one source.
 func (t *Topology) With(d Discovered) (*Topology, []string) {
-	out := &Topology{Local: t.Local, Unnamed: t.Unnamed, Keys: t.Keys, Locality: map[string]map[string]string{},
+	out := &Topology{Local: t.Local, Unnamed: t.Unnamed, Keys: t.Keys, ClientKeys: t.ClientKeys, Locality: map[string]map[string]string{},
 		LocalFrom: t.localFrom(), LocalityFrom: map[string]string{}}
 	var warnings []string
 	for c, l := range t.Locality {
@@ -117,7 +120,7 @@ func (t *Topology) From(cluster string) string {
 
 // Equal reports whether t and o rank and name clusters alike, from the same sources.
 func (t *Topology) Equal(o *Topology) bool {
-	return t.Local == o.Local && t.Unnamed == o.Unnamed && t.localFrom() == o.localFrom() && slices.Equal(t.Keys, o.Keys) &&
+	return t.Local == o.Local && t.Unnamed == o.Unnamed && t.localFrom() == o.localFrom() && slices.Equal(t.Keys, o.Keys) && slices.Equal(t.ClientKeys, o.ClientKeys) &&
 		maps.EqualFunc(t.Locality, o.Locality, maps.Equal) && maps.Equal(t.LocalityFrom, o.LocalityFrom)
 }
 

@@ -121,6 +121,12 @@ func Endpoint(host, addr string) index.Endpoint {
 	return e
 }
 
+// Placed returns e as a local pod's endpoint on node, in zone.
+func Placed(e index.Endpoint, zone, node string) index.Endpoint {
+	e.Local = &index.Placement{Zone: zone, NodeName: node}
+	return e
+}
+
 // NotReady returns e marked not ready.
 func NotReady(e index.Endpoint) index.Endpoint {
 	e.Ready, e.Serving = false, false
@@ -153,8 +159,9 @@ func Slice(ports []index.Port, eps ...index.Endpoint) *index.Slice {
 // same zone (tier 1), north in the same region (tier 2), south elsewhere (tier 3).
 func Topology() *index.Topology {
 	return &index.Topology{
-		Local: "east",
-		Keys:  index.DefaultKeys,
+		Local:      "east",
+		Keys:       index.DefaultKeys,
+		ClientKeys: index.DefaultClientKeys,
 		Locality: map[string]map[string]string{
 			"east":  {index.ZoneKey: "z1", index.RegionKey: "r1"},
 			"west":  {index.ZoneKey: "z1", index.RegionKey: "r1"},

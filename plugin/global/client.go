@@ -1,0 +1,141 @@
+package global
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/globaldns/global/plugin/global/index"
+
+	"github.com/miekg/dns"
+)
+
+// Answers ranked from the client (`client_locality`): who asks is learned from the query, and
+// where it runs from this cluster's Nodes and Pods (watch.Clients).
+
+// clientSources are the sources client_locality learns a client from, in the order they are tried.
+type clientSources struct{ ecs, node, pod bool }
+
+// Client sources, as client_locality names them and explanations say them.
+const (
+	sourceECS  = "ecs"  // an EDNS Client Subnet option (RFC 7871) with a Node's or Pod's address
+	sourceNode = "node" // the query's source is a Node's address (NodeLocal DNSCache)
+	sourcePod  = "pod"  // the query's source is a Pod's IP
+	sourceNone = "none" // no source told: the cluster's view
+)
+
+// locator finds where clients run: the node of a Node's address, of a Pod's IP (or of an address
+// in a Node's pod CIDRs), and the addresses of forwarders, whose queries are every client's.
+type locator interface {
+	// Node returns the client at a Node's address, nil for none.
+	Node(a netip.Addr) *index.Client
+	// Pod returns the client at pod prefix p (a Pod's IP when p is a single address, else a
+	// prefix within a Node's pod CIDRs), nil for none, and the prefix length the answer holds
+	// for: every address of a Node's pod CIDR runs on that node.
+	Pod(p netip.Prefix) (*index.Client, int)
+	// Forwarder reports whether a is a forwarder's address (the cluster DNS's pods).
+	Forwarder(a netip.Addr) bool
+}
+
+// querier learns who asks query r, received on w: from its ECS option, else from its source
+// address (unless a forwarder's). It returns the ECS option of the reply, when client_locality
+// has ecs and the query carries one: with the scope the answer depends on (RFC 7871 7.2.1), so
+// that caches honouring ECS keep it apart. Without client_locality it does nothing.
+func (g *Global) querier(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
+	if g.locator == nil {
+		return q, nil
+	}
+	q.learned = sourceNone
+	if g.sources.ecs {
+		if ecs = subnetOf(r); ecs != nil {
+			// Until known, the answer holds for the address the client gave, no wider.
+			reply := *ecs
+			reply.SourceScope = ecs.SourceNetmask
+			if p, ok := prefixOf(ecs); ok {
+				if c, scope := g.locate(p); c != nil {
+					reply.SourceScope = uint8(scope)
+					return querier{client: c, learned: sourceECS}, &reply
+				}
+			}
+			ecs = &reply
+		}
+	}
+	src, ok := remoteAddr(w)
+	if !ok || g.locator.Forwarder(src) {
+		return q, ecs
+	}
+	if g.sources.node {
+		if c := g.locator.Node(src); c != nil {
+			return querier{client: c, learned: sourceNode}, ecs
+		}
+	}
+	if g.sources.pod {
+		if c, _ := g.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
+			return querier{client: c, learned: sourcePod}, ecs
+		}
+	}
+	return q, ecs
+}
+
+// locate finds the client of an ECS prefix: a Node's address, else a Pod's, with the prefix
+// length its answer holds for.
+func (g *Global) locate(p netip.Prefix) (*index.Client, int) {
+	if p.IsSingleIP() {
+		if c := g.locator.Node(p.Addr()); c != nil {
+			return c, p.Bits()
+		}
+	}
+	return g.locator.Pod(p)
+}
+
+// subnetOf returns the query's ECS option, nil for none.
+func subnetOf(r *dns.Msg) *dns.EDNS0_SUBNET {
+	o := r.IsEdns0()
+	if o == nil {
+		return nil
+	}
+	for _, opt := range o.Option {
+		if e, ok := opt.(*dns.EDNS0_SUBNET); ok {
+			return e
+		}
+	}
+	return nil
+}
+
+// prefixOf is the address prefix an ECS option gives; ok is false for a malformed one.
+func prefixOf(e *dns.EDNS0_SUBNET) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(e.Address)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	a = a.Unmap()
+	if (e.Family == 1) != a.Is4() || int(e.SourceNetmask) > a.BitLen() {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, int(e.SourceNetmask)).Masked(), true
+}
+
+// remoteAddr is the query's source address, without allocating (request.Request's IP formats
+// and parses it again).
+func remoteAddr(w dns.ResponseWriter) (netip.Addr, bool) {
+	var ip net.IP
+	switch a := w.RemoteAddr().(type) {
+	case *net.UDPAddr:
+		ip = a.IP
+	case *net.TCPAddr:
+		ip = a.IP
+	default:
+		return netip.Addr{}, false
+	}
+	addr, ok := netip.AddrFromSlice(ip)
+	return addr.Unmap(), ok
+}
+
+// setSubnet puts the ECS option of the reply into m's OPT record, made like the request's.
+func setSubnet(req, m *dns.Msg, ecs *dns.EDNS0_SUBNET) {
+	if m.IsEdns0() == nil {
+		o := req.IsEdns0()
+		m.SetEdns0(o.UDPSize(), o.Do())
+	}
+	opt := m.IsEdns0()
+	opt.Option = append(opt.Option, ecs)
+}

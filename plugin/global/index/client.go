@@ -1,0 +1,134 @@
+package index
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// Ranking from the client: a record's tier as seen from the node a query comes from, the
+// Kubernetes service topology rule (each key tried in order, the first one shared decides). The
+// index's own tiers are the cluster's view (Topology.Tier); these are computed per query.
+
+// Topology keys that are no node label: HostnameKey is the client's own node, ClusterKey this
+// cluster.
+const (
+	HostnameKey = "kubernetes.io/hostname"
+	ClusterKey  = "cluster"
+)
+
+// DefaultClientKeys rank records from a known client when the Corefile sets no `topology`: its
+// node, its zone (this cluster's endpoints there, or a linked cluster in it), the rest of this
+// cluster, its region, the rest.
+var DefaultClientKeys = []string{HostnameKey, ZoneKey, ClusterKey, RegionKey}
+
+// Client is where a querying client runs: its node's name and that node's labels.
+type Client struct {
+	Node   string
+	Labels map[string]string
+}
+
+// Zone returns the client's zone, "" when its node has none.
+func (c *Client) Zone() string { return c.Labels[ZoneKey] }
+
+// ZoneOf returns the topology zone of record r: a local endpoint's EndpointSlice zone, a linked
+// cluster's zone locality (Linkerd's mirrors carry none); "" when unknown.
+func (t *Topology) ZoneOf(r *Record) string {
+	if r.Cluster == t.Local {
+		if r.Local == nil {
+			return ""
+		}
+		return r.Local.Zone
+	}
+	return t.Locality[r.Cluster][ZoneKey]
+}
+
+// ClientTier returns the tier of record r seen from client c: i for the first of t.ClientKeys
+// on which r's place and c's agree, len(t.ClientKeys) for none.
+func (t *Topology) ClientTier(r *Record, c *Client) uint8 {
+	for i, k := range t.ClientKeys {
+		if t.shares(r, c, k) {
+			return uint8(i)
+		}
+	}
+	return uint8(len(t.ClientKeys))
+}
+
+// ClientWhy names what decided r's tier from client c, as Why does for the cluster's tiers: the
+// key they share (node:<name>, cluster, zone:<value>, ...) or none.
+func (t *Topology) ClientWhy(r *Record, c *Client) string {
+	for _, k := range t.ClientKeys {
+		switch {
+		case !t.shares(r, c, k):
+		case k == HostnameKey:
+			return "node:" + c.Node
+		case k == ClusterKey:
+			return ClusterKey
+		default:
+			return shortKey(k) + ":" + c.Labels[k]
+		}
+	}
+	return "none"
+}
+
+// Describe renders the client's place: its node, then its labels of the client keys (zone and
+// region short), "node:<name>,zone:<value>,...".
+func (t *Topology) Describe(c *Client) string {
+	parts := []string{"node:" + c.Node}
+	for _, k := range t.ClientKeys {
+		if v := c.Labels[k]; v != "" && k != HostnameKey {
+			parts = append(parts, shortKey(k)+":"+v)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// shares reports whether record r and client c have the same value of key k. A local endpoint's
+// node and zone are its EndpointSlice's; its other keys are this cluster's locality. A linked
+// cluster's endpoints are at its locality, on no node the client could share.
+func (t *Topology) shares(r *Record, c *Client, k string) bool {
+	local := r.Cluster == t.Local
+	switch k {
+	case ClusterKey:
+		return local
+	case HostnameKey:
+		return local && r.Local != nil && r.Local.NodeName != "" && r.Local.NodeName == c.Node
+	case ZoneKey:
+		z := t.ZoneOf(r)
+		return z != "" && z == c.Labels[ZoneKey]
+	}
+	v := c.Labels[k]
+	return v != "" && t.Locality[r.Cluster][k] == v
+}
+
+// Ranked returns the records of rs that keep admits (all, for nil), each with its tier as seen
+// from client c (when not nil), in answer order: by tier, then cluster, host and address, as the
+// index orders its own. One allocation: the copy.
+func (t *Topology) Ranked(rs []Record, c *Client, keep func(*Record) bool) []Record {
+	out := make([]Record, 0, len(rs))
+	// A linked cluster's records share their tier: it is looked up once per run of them.
+	cluster, tier := "", uint8(0)
+	for i := range rs {
+		if keep != nil && !keep(&rs[i]) {
+			continue
+		}
+		out = append(out, rs[i])
+		if r := &out[len(out)-1]; c != nil {
+			switch {
+			case r.Cluster == t.Local:
+				r.Tier = t.ClientTier(r, c)
+			case r.Cluster != cluster:
+				cluster, tier = r.Cluster, t.ClientTier(r, c)
+				fallthrough
+			default:
+				r.Tier = tier
+			}
+		}
+	}
+	if c != nil {
+		slices.SortFunc(out, func(a, b Record) int {
+			return cmp.Or(cmp.Compare(a.Tier, b.Tier), strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Host, b.Host), a.Addr().Compare(b.Addr()))
+		})
+	}
+	return out
+}
