@@ -99,7 +99,8 @@ vet:
 	$(GO) vet ./...
 	cd deploy/image && $(GO) vet ./...
 
-test: build image controlplane helm promtool vet
+test: build image controlplane helm promtool vet dig
+	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd deploy/image && $(GO) test -count=1 ./...
 
@@ -141,7 +142,8 @@ dnsperf:
 		$(SUDO) apt-get install -y dnsperf >/dev/null 2>&1 || \
 		{ $(SUDO) apt-get update >/dev/null 2>&1 && $(SUDO) apt-get install -y dnsperf >/dev/null; }; }
 
-# dig is only suggested by `make run`; installed best-effort, the demo prints its own answers.
+# dig: `make run` suggests it (installed best-effort, the demo prints its own answers); `make test`
+# needs it (TestClientRankedAnswers sends from a Node's address with dig -b).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 dig:
 	@command -v dig >/dev/null || { echo "installing dig (Debian bind9-dnsutils)"; \

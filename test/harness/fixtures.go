@@ -639,8 +639,13 @@ type StatefulSet struct {
 	IPFamilies         []corev1.IPFamily // optional; two families make it RequireDualStack
 }
 
-// Node is a cluster node with topology labels.
-type Node struct{ Name, Zone, Region string }
+// Node is a cluster node with topology labels, and optionally the InternalIP addresses and pod
+// CIDRs a kubelet and the node IPAM controller would give it.
+type Node struct {
+	Name, Zone, Region string
+	Addresses          []string
+	PodCIDRs           []string
+}
 
 // CreateNode creates a Node with the zone, region and hostname labels and a
 // Ready condition (written through the status subresource).
@@ -652,7 +657,11 @@ func CreateNode(ctx context.Context, c kubernetes.Interface, n Node) error {
 	if n.Region != "" {
 		labels[corev1.LabelTopologyRegion] = n.Region
 	}
-	node, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels}}, metav1.CreateOptions{})
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: labels}, Spec: corev1.NodeSpec{PodCIDRs: n.PodCIDRs}}
+	if len(n.PodCIDRs) > 0 {
+		node.Spec.PodCIDR = n.PodCIDRs[0]
+	}
+	node, err := c.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create node %s: %w", n.Name, err)
 	}
@@ -661,6 +670,10 @@ func CreateNode(ctx context.Context, c kubernetes.Interface, n Node) error {
 		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 		Message: "harness node", LastHeartbeatTime: now, LastTransitionTime: now,
 	}}
+	for _, a := range n.Addresses {
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+	}
+	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.Name})
 	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update node %s status: %w", n.Name, err)
 	}
