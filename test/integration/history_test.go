@@ -41,6 +41,7 @@ const historyCorefile = `global:{{.Port}} {
         locality east zone=us-east-1a region=us-east-1
         locality west zone=us-east-1b region=us-east-1
         locality north zone=eu-north-1a region=eu-north-1
+        client_locality node
     }
 }
 `
@@ -58,7 +59,7 @@ const historyCorefile = `global:{{.Port}} {
 // -seed N -steps M replays it.
 func TestRandomHistory(t *testing.T) {
 	cp := harness.Start(t) // of its own: it restarts kube-apiserver and compacts etcd
-	must(t, harness.CreateNode(context.Background(), cp.Client, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	createHistoryNodes(t, cp.Client)
 	seeds := []int64{*historySeed}
 	if *historySeed < 0 {
 		seeds = nil
@@ -315,7 +316,7 @@ func renamed(ports []harness.Port) []harness.Port {
 
 func (h *history) pod(s *harness.StatefulSet) harness.Pod {
 	h.ip++
-	p := harness.Pod{Name: fmt.Sprintf("%s-%d", s.Service, h.ip), Node: "east-a",
+	p := harness.Pod{Name: fmt.Sprintf("%s-%d", s.Service, h.ip), Node: []string{"east-a", "east-b"}[h.rng.IntN(2)],
 		IP: fmt.Sprintf("10.%d.%d.%d", 100+h.seed%100, h.ip/250, 1+h.ip%250), Ready: h.rng.IntN(3) > 0}
 	if len(s.IPFamilies) == 2 {
 		p.IPv6 = netip.MustParseAddr(fmt.Sprintf("fd00:10:%x::%x", h.seed%0xffff, h.ip)).String()

@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/globaldns/global/test/harness"
 
@@ -16,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // The oracle: what every replica must answer and what the writer must have written, computed
@@ -26,8 +30,32 @@ import (
 // oracleRecord is one member endpoint.
 type oracleRecord struct {
 	cluster, host, addr string
+	node, zone          string // a local pod's node and its slice's zone; a mirror's cluster's zone
 	ready               bool
 	ports               map[string]int32 // named port -> the port an SRV record gives
+}
+
+// historyZones are the zones of the history's clusters (historyCorefile's localities), and
+// historyNodes this cluster's Nodes: name -> zone. A client on a node ranks a record 0 when it
+// runs there, 1 when in its zone, 2 when in this cluster, 3 when in its region, 4 otherwise.
+var (
+	historyZones = map[string]string{"west": "us-east-1b", "north": "eu-north-1a"}
+	historyNodes = map[string]string{"east-a": "us-east-1a", "east-b": "us-east-1b"}
+)
+
+// clientTier is r's tier as seen from a client on node.
+func (r oracleRecord) clientTier(node string) int {
+	switch {
+	case r.cluster == "east" && r.node == node:
+		return 0
+	case r.zone != "" && r.zone == historyNodes[node]:
+		return 1
+	case r.cluster == "east":
+		return 2
+	case r.cluster == "west": // us-east-1, as every node
+		return 3
+	}
+	return 4
 }
 
 // oracleService is a global service: <svc> in <ns> with at least one member.
@@ -137,7 +165,10 @@ func sliceRecords(svc corev1.Service, sl discoveryv1.EndpointSlice, cluster stri
 		if err != nil {
 			continue
 		}
-		r := oracleRecord{cluster: cluster, addr: addr.String(), ready: isReady(e), ports: ports}
+		r := oracleRecord{cluster: cluster, addr: addr.String(), ready: isReady(e), ports: ports, zone: historyZones[cluster]}
+		if local {
+			r.node, r.zone = ptr.Deref(e.NodeName, ""), ptr.Deref(e.Zone, "")
+		}
 		switch {
 		case e.Hostname != nil && *e.Hostname != "":
 			r.host = *e.Hostname
@@ -203,6 +234,9 @@ func checkAnswers(c *harness.CoreDNS, proto string, want map[string]*oracleServi
 		if err := expectSet(c, proto, s.name(), dns.TypeSRV, slices.Collect(maps.Keys(srv))); err != nil {
 			return err
 		}
+		if err := checkZonesAndClients(c, proto, s, ready); err != nil {
+			return err
+		}
 		counts := fmt.Sprintf("records=%d left-out=%d ", len(ready), len(s.records)-len(ready))
 		if lines, _ := explainLines(c, s.name()); len(lines) == 0 || !strings.Contains(lines[0], counts) {
 			return fmt.Errorf("dig CH TXT %s: %q, want %q", s.name(), lines, counts)
@@ -217,6 +251,82 @@ func checkAnswers(c *harness.CoreDNS, proto string, want map[string]*oracleServi
 		}
 	}
 	return nil
+}
+
+// checkZonesAndClients compares a replica's zonal names of s and its answers to clients on each
+// node with the oracle's: a pinned zone's IPv4 records; the SRV answer, whose priorities are the
+// client's tiers; every ready IPv4 record in those tiers' order (within a tier, answers rotate).
+func checkZonesAndClients(c *harness.CoreDNS, proto string, s *oracleService, ready []oracleRecord) error {
+	for node, zone := range historyNodes {
+		var pinned []string
+		srv := map[string]bool{}
+		for _, r := range ready {
+			if r.zone == zone && !strings.Contains(r.addr, ":") {
+				pinned = append(pinned, r.addr)
+			}
+			for _, port := range r.ports {
+				srv[fmt.Sprintf("%d %d %s.%s.%s", r.clientTier(node), port, r.host, r.cluster, s.name())] = true
+			}
+		}
+		if err := expectSet(c, proto, zone+".pin._zone."+s.name(), dns.TypeA, pinned); err != nil {
+			return err
+		}
+		r, err := exchangeFrom(c, proto, nodeAddrs[node], s.name(), dns.TypeSRV)
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, rr := range r.Answer {
+			if rr, ok := rr.(*dns.SRV); ok {
+				got = append(got, fmt.Sprintf("%d %d %s", rr.Priority, rr.Port, rr.Target))
+			}
+		}
+		if slices.Sort(got); !slices.Equal(got, slices.Sorted(maps.Keys(srv))) {
+			return fmt.Errorf("SRV %s from node %s over %s: %q, want %q", s.name(), node, proto, got, slices.Sorted(maps.Keys(srv)))
+		}
+		if r, err = exchangeFrom(c, proto, nodeAddrs[node], s.name(), dns.TypeA); err != nil {
+			return err
+		}
+		tierOf := map[string]int{}
+		for _, rec := range ready {
+			tierOf[rec.addr] = rec.clientTier(node)
+		}
+		last, n := -1, 0
+		for _, rr := range r.Answer {
+			a, ok := rr.(*dns.A)
+			tier, known := tierOf[a.A.String()]
+			if !ok || !known || tier < last {
+				return fmt.Errorf("A %s from node %s over %s: %v out of its tiers %v", s.name(), node, proto, render(r.Answer), tierOf)
+			}
+			last, n = tier, n+1
+		}
+		if want := len(slices.DeleteFunc(slices.Clone(ready), func(r oracleRecord) bool { return strings.Contains(r.addr, ":") })); n != want {
+			return fmt.Errorf("A %s from node %s over %s: %d records, want %d", s.name(), node, proto, n, want)
+		}
+	}
+	return nil
+}
+
+// nodeAddrs are the history's Nodes' addresses, which clients on them send from.
+var nodeAddrs = map[string]string{}
+
+// createHistoryNodes creates this cluster's Nodes, east-a and east-b, with loopback addresses.
+func createHistoryNodes(t *testing.T, c kubernetes.Interface) {
+	base := fmt.Sprintf("127.63.%d.", 1+rand.IntN(250))
+	for i, name := range slices.Sorted(maps.Keys(historyNodes)) {
+		nodeAddrs[name] = base + strconv.Itoa(2+i)
+		must(t, harness.CreateNode(context.Background(), c, harness.Node{Name: name, Zone: historyNodes[name], Region: "us-east-1",
+			Addresses: []string{nodeAddrs[name]}}))
+	}
+}
+
+// exchangeFrom is exchangeErr in class IN, sent from address from.
+func exchangeFrom(c *harness.CoreDNS, proto, from, qname string, qtype uint16) (*dns.Msg, error) {
+	r, err := askFrom(c, proto, from, "", qname, qtype)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s over %s from %s: %w", dns.TypeToString[qtype], qname, proto, from, err)
+	}
+	return r, nil
 }
 
 // exchangeErr asks one question and returns the reply, or an error (never fails the test: the

@@ -50,7 +50,7 @@ func TestSoak(t *testing.T) {
 	}
 	cp := harness.Start(t)
 	ctx := context.Background()
-	must(t, harness.CreateNode(ctx, cp.Client, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	createHistoryNodes(t, cp.Client)
 	seed := *historySeed
 	if seed < 0 {
 		seed = time.Now().Unix() % 1000
