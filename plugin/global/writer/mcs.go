@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
@@ -26,9 +25,6 @@ import (
 // with the MCS service name and source cluster. CoreDNS reads v1alpha1 (plugin/kubernetes
 // controller.go, object/serviceimport.go, object/multicluster_endpoint.go).
 
-// ServiceImportCRD is the CRD that must be installed for ServiceImports to be written.
-const ServiceImportCRD = mcsv1alpha1.ServiceImportFullName
-
 // eventScheme knows ServiceImports, so conflicts on them can be recorded as Events.
 var eventScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -37,19 +33,6 @@ var eventScheme = func() *runtime.Scheme {
 	}
 	return s
 }()
-
-// importsInstalled asks the API's discovery whether ServiceImports are served in v1alpha1. ok is
-// meaningful only when err is nil.
-func importsInstalled(d discovery.DiscoveryInterface) (ok bool, err error) {
-	l, err := d.ServerResourcesForGroupVersion(mcsv1alpha1.GroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == mcsv1alpha1.ServiceImportPluralName }), nil
-}
 
 // desiredImport is the Headless ServiceImport <svc>, with the -global Service's ports.
 func desiredImport(k index.Key, svc *corev1.Service, owner string) *mcsv1alpha1.ServiceImport {

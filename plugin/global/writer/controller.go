@@ -7,9 +7,6 @@ package writer
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -124,47 +120,6 @@ func (w *Writer) Start(ctx context.Context) {
 	}()
 }
 
-// findImports starts the ServiceImport informers once the API serves ServiceImports. Until then
-// (the CRD not installed) it says so once, and writes nothing of the kind; the -global objects are
-// written all the same. It looks again every Resync, so installing the CRD later needs no restart.
-func (w *Writer) findImports(ctx context.Context) {
-	missing := false
-	retry := time.Second
-	for {
-		ok, err := importsInstalled(w.rec.client.Discovery())
-		wait := w.cfg.Resync
-		switch {
-		case err != nil:
-			// The API is unreachable or failing: ask again soon, quietly (the watches say it).
-			telemetry.Log.Debugf("writer: looking for the %s CRD: %v", ServiceImportCRD, err)
-			wait, retry = retry, min(2*retry, time.Minute)
-		case ok:
-			if missing {
-				telemetry.Log.Infof("serviceimports on: the %s CRD is installed now: writing ServiceImports", ServiceImportCRD)
-			}
-			telemetry.ServiceImportsUnavailable.Set(0)
-			w.store.importsAvailable.Store(true)
-			for _, f := range w.store.importFactories {
-				f.Start(ctx.Done())
-			}
-			for _, k := range w.index.Snapshot().Keys() {
-				w.enqueue(k)
-			}
-			return
-		case !missing:
-			missing = true
-			telemetry.ServiceImportsUnavailable.Set(1)
-			telemetry.Log.Warningf("serviceimports on: the %s CRD is not installed: no ServiceImports or MCS EndpointSlices are written "+
-				"(the %s Services and their EndpointSlices are); install it (sigs.k8s.io/mcs-api config/crd) and they will be", ServiceImportCRD, w.cfg.Suffix)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-	}
-}
-
 func (w *Writer) enqueue(k index.Key) {
 	if q := w.queue.Load(); q != nil {
 		(*q).Add(k)
@@ -255,110 +210,6 @@ func (w *Writer) Run(ctx context.Context) {
 	workers.Wait()
 }
 
-// sweep deletes what this writer wrote in namespaces it no longer watches (`namespaces` lost
-// one): the store sees the watched ones only. One cluster-wide list per kind, of our objects
-// outside those namespaces, usually empty. The RBAC may not allow it (namespaced Roles): that is
-// logged once, and the objects are left.
-func (w *Writer) sweep(ctx context.Context) {
-	if len(w.namespaces) == 0 {
-		return // every namespace is watched
-	}
-	var outside []string
-	for _, ns := range w.namespaces {
-		outside = append(outside, "metadata.namespace!="+ns)
-	}
-	// The field selector keeps the answer small; the namespaces are checked again here all the same.
-	opts := metav1.ListOptions{FieldSelector: strings.Join(outside, ",")}
-	var failed []string
-	deleted := map[string]int{}
-	namespaces := map[string]bool{}
-	del := func(kind string, m *metav1.ObjectMeta, deleteFn func(context.Context, string, metav1.DeleteOptions) error) {
-		switch err := deleteFn(ctx, m.Name, preconditions(m)); {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			failed = append(failed, err.Error())
-		default:
-			w.rec.counted("delete", nil)
-			deleted[kind]++
-			namespaces[m.Namespace] = true
-		}
-	}
-	// Slices first, as in deleteAll.
-	client := w.rec.client
-	opts.LabelSelector = SliceSelector(w.cfg.Owner) + "," + LabelService
-	if l, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, opts); err != nil {
-		failed = append(failed, err.Error())
-	} else {
-		for i := range l.Items {
-			if m := &l.Items[i].ObjectMeta; !slices.Contains(w.namespaces, m.Namespace) {
-				del("EndpointSlices", m, client.DiscoveryV1().EndpointSlices(m.Namespace).Delete)
-			}
-		}
-	}
-	opts.LabelSelector = ServiceSelector(w.cfg.Owner) + "," + LabelService
-	if l, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts); err != nil {
-		failed = append(failed, err.Error())
-	} else {
-		for i := range l.Items {
-			if m := &l.Items[i].ObjectMeta; !slices.Contains(w.namespaces, m.Namespace) {
-				del("Services", m, client.CoreV1().Services(m.Namespace).Delete)
-			}
-		}
-	}
-	if len(namespaces) > 0 {
-		telemetry.Log.Infof("writer: deleted %d Services and %d EndpointSlices in namespaces no longer watched: %s",
-			deleted["Services"], deleted["EndpointSlices"], strings.Join(slices.Sorted(maps.Keys(namespaces)), ", "))
-	}
-	// One warning while the failure lasts, not one per object and resync.
-	if len(failed) > 0 && ctx.Err() == nil {
-		if failed[0] != w.sweepErr {
-			w.sweepErr = failed[0]
-			telemetry.Log.Warningf("writer: cannot delete what it wrote in namespaces no longer watched (%d failures; it tries again every %v, "+
-				"or delete them with: kubectl delete services,endpointslices -n <namespace> -l %s=%s,%s=%s): %s",
-				len(failed), w.cfg.Resync, LabelManagedBy, ManagedBy, LabelWriter, w.cfg.Owner, failed[0])
-		}
-	} else {
-		w.sweepErr = ""
-	}
-}
-
-// sweepImports deletes the ServiceImports of this writer that no sync deletes: with
-// serviceimports off, all of them (there is no informer on them; their slices are the store's, and
-// go with each sync, or with the ServiceImport through the garbage collector); with it on, those
-// in namespaces no longer watched. One cluster-wide, label-selected list; where ServiceImports are
-// not served (no CRD) or not readable (RBAC granted for serviceimports on only), there is nothing
-// this writer could have written, or nothing it may do: said at debug level only.
-func (w *Writer) sweepImports(ctx context.Context) {
-	mcs := w.rec.mcs
-	if mcs == nil || w.cfg.ServiceImports && (len(w.namespaces) == 0 || !w.store.importsAvailable.Load()) {
-		return
-	}
-	l, err := mcs.MulticlusterV1alpha1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ServiceSelector(w.cfg.Owner) + "," + LabelService})
-	if err != nil {
-		if ctx.Err() == nil {
-			telemetry.Log.Debugf("writer: looking for ServiceImports written earlier: %v", err)
-		}
-		return
-	}
-	deleted := 0
-	for i := range l.Items {
-		si := &l.Items[i]
-		if w.cfg.ServiceImports && slices.Contains(w.namespaces, si.Namespace) {
-			continue
-		}
-		if err := w.rec.deleteImport(ctx, si); err != nil {
-			if ctx.Err() == nil {
-				telemetry.Log.Warningf("writer: cannot delete ServiceImport %s/%s: %v", si.Namespace, si.Name, err)
-			}
-			continue
-		}
-		deleted++
-	}
-	if deleted > 0 {
-		telemetry.Log.Infof("writer: deleted %d ServiceImports it wrote (serviceimports %s)", deleted, map[bool]string{true: "on, namespaces no longer watched", false: "off"}[w.cfg.ServiceImports])
-	}
-}
-
 // Close ends the current term and waits for it; no term starts afterwards. Call it before
 // releasing the lease, so that no write happens once another replica may lead.
 func (w *Writer) Close() {
@@ -413,32 +264,4 @@ func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInter
 		q.AddRateLimited(k)
 	}
 	return true
-}
-
-// Leftovers logs a warning, once, when Services that owner wrote are in the namespaces (all when
-// none): with `endpointslices off` nothing updates or deletes them, so their slices keep the
-// endpoints of the moment writing stopped. They are not deleted: no lease is taken, and a replica
-// that still writes (a rolling change of the setting) would be fought. Only the Services are
-// looked for (one label-selected list of at most one object per namespace, which the read RBAC
-// allows); their slices go with them.
-func Leftovers(ctx context.Context, client kubernetes.Interface, namespaces []string, owner string) {
-	if len(namespaces) == 0 {
-		namespaces = []string{metav1.NamespaceAll}
-	}
-	for _, ns := range namespaces {
-		l, err := client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: ServiceSelector(owner), Limit: 1})
-		if err != nil {
-			if ctx.Err() == nil {
-				telemetry.Log.Debugf("writer: looking for objects written earlier: %v", err)
-			}
-			return
-		}
-		if len(l.Items) > 0 {
-			telemetry.Log.Warningf("endpointslices off: the Services and EndpointSlices this writer wrote earlier (%s=%s, e.g. %s/%s) "+
-				"are left as they were, with the endpoints of the moment writing stopped; delete them with: "+
-				"kubectl delete services,endpointslices --all-namespaces -l %s=%s,%s=%s",
-				LabelWriter, owner, l.Items[0].Namespace, l.Items[0].Name, LabelManagedBy, ManagedBy, LabelWriter, owner)
-			return
-		}
-	}
 }
