@@ -1,7 +1,6 @@
 package writer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,12 +12,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
@@ -34,28 +31,6 @@ var (
 	errTerminating = errors.New("namespace is terminating")
 )
 
-// createdIn counts a create in namespace ns and passes its error on: errTerminating when the
-// namespace is being deleted. A create that succeeds proves ns is not (again): the next refusal
-// is logged anew.
-func (r *reconciler) createdIn(ns string, err error) error {
-	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-		return fmt.Errorf("%w: %w", errTerminating, err)
-	}
-	if err == nil {
-		r.terminating.Delete(ns)
-	}
-	return r.counted("create", err)
-}
-
-// updated counts an update and passes its error on: errStale when the object is gone, which the
-// cache does not show yet (someone deleted it, the namespace controller among them).
-func (r *reconciler) updated(err error) error {
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%w: %w", errStale, err)
-	}
-	return r.counted("update", err)
-}
-
 // reconciler writes one global service's Service and EndpointSlices from the index, the way
 // Kubernetes' EndpointSliceMirroring reconciler does: from the full desired state, comparing
 // with the cached state, writing nothing when they agree and as little as possible otherwise.
@@ -70,47 +45,6 @@ type reconciler struct {
 	// terminating holds the namespaces whose creates were refused as terminating, so that each
 	// is logged once, until a create there succeeds.
 	terminating sync.Map
-}
-
-// existing is what the cache holds of ours for one global service.
-type existing struct {
-	services []*corev1.Service
-	slices   []*discoveryv1.EndpointSlice
-	imports  []*mcsv1alpha1.ServiceImport
-}
-
-// splitMCS separates the MCS objects (ServiceImports, slices labelled with an MCS service name)
-// from the rest.
-func (e existing) splitMCS() (mcs, rest existing) {
-	mcs.imports, rest.services = e.imports, e.services
-	for _, es := range e.slices {
-		if _, ok := es.Labels[mcsv1alpha1.LabelServiceName]; ok {
-			mcs.slices = append(mcs.slices, es)
-		} else {
-			rest.slices = append(rest.slices, es)
-		}
-	}
-	return mcs, rest
-}
-
-// split separates the Service named name and its slices from the objects written under other
-// settings (another service_suffix): those are obsolete.
-func (e existing) split(name string) (svc *corev1.Service, slices []*discoveryv1.EndpointSlice, obsolete existing) {
-	for _, s := range e.services {
-		if s.Name == name {
-			svc = s
-		} else {
-			obsolete.services = append(obsolete.services, s)
-		}
-	}
-	for _, es := range e.slices {
-		if es.Labels[discoveryv1.LabelServiceName] == name {
-			slices = append(slices, es)
-		} else {
-			obsolete.slices = append(obsolete.slices, es)
-		}
-	}
-	return svc, slices, obsolete
 }
 
 // sync makes the API hold what the index says about k (nil s: nothing). Every object of ours
@@ -152,6 +86,45 @@ func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Servi
 		return err
 	}
 	r.conflicts.clear(k, blocksGlobal)
+	return nil
+}
+
+// syncMCS writes k's ServiceImport and MCS slices, or deletes ours when they are not wanted
+// (serviceimports off, the CRD missing).
+func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service, have existing) error {
+	switch {
+	case !r.cfg.ServiceImports || !r.store.importsAvailable.Load():
+		r.conflicts.clear(k, blocksMCS)
+		return r.deleteAll(ctx, k, have)
+	case !r.store.importsSynced():
+		return errStale
+	}
+	var current *mcsv1alpha1.ServiceImport
+	var obsolete existing
+	for _, si := range have.imports {
+		if si.Name == k.Name {
+			current = si
+		} else {
+			obsolete.imports = append(obsolete.imports, si)
+		}
+	}
+	svc := desiredService(s, k.Name+r.cfg.Suffix, r.cfg.Owner)
+	si, err := r.syncImport(ctx, k, desiredImport(k, svc, r.cfg.Owner), current)
+	if errors.Is(err, errConflict) {
+		// Someone else's ServiceImport: our slices would add endpoints to it.
+		obsolete.slices = have.slices
+		return errors.Join(err, r.deleteAll(ctx, k, obsolete))
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.syncSlices(ctx, k, mcsSet(k, si, r.cfg.Owner), s, have.slices); err != nil {
+		return err
+	}
+	if err := r.deleteAll(ctx, k, obsolete); err != nil {
+		return err
+	}
+	r.conflicts.clear(k, blocksMCS)
 	return nil
 }
 
@@ -209,6 +182,28 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 	return updated, r.updated(err)
 }
 
+// syncImport creates or updates our ServiceImport, as syncService does the Service.
+func (r *reconciler) syncImport(ctx context.Context, k index.Key, want, have *mcsv1alpha1.ServiceImport) (*mcsv1alpha1.ServiceImport, error) {
+	api := r.mcs.MulticlusterV1alpha1().ServiceImports(want.Namespace)
+	if have == nil {
+		created, err := api.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil, r.alreadyExists(ctx, k, blocksMCS, func() (metav1.Object, error) {
+				return api.Get(ctx, want.Name, metav1.GetOptions{})
+			})
+		}
+		return created, r.createdIn(want.Namespace, err)
+	}
+	if importUpToDate(have, want) {
+		return have, nil
+	}
+	upd := have.DeepCopy()
+	maps.Copy(upd.Labels, want.Labels)
+	upd.Spec.Type, upd.Spec.Ports, upd.Spec.IPs = want.Spec.Type, want.Spec.Ports, nil
+	updated, err := api.Update(ctx, upd, metav1.UpdateOptions{})
+	return updated, r.updated(err)
+}
+
 // alreadyExists tells apart a create that lost to our own cache lag (stale) from a name taken by
 // someone else's object (a conflict, left alone).
 func (r *reconciler) alreadyExists(ctx context.Context, k index.Key, blocks string, get func() (metav1.Object, error)) error {
@@ -227,30 +222,52 @@ func (r *reconciler) alreadyExists(ctx context.Context, k index.Key, blocks stri
 	return errStale // ours: the cache has not shown it yet
 }
 
-// clusterIPType reports whether s is of type ClusterIP, the API's default.
-func clusterIPType(s *corev1.Service) bool {
-	return s.Spec.Type == "" || s.Spec.Type == corev1.ServiceTypeClusterIP
+// syncSlices writes the slices of set for every group of s: it places the endpoints (layout.go),
+// then writes the slices that may differ from the cache's. A whole sync places every desired
+// endpoint in the slices the cache holds, and compares them all; a big service's sync leaves a
+// plan, from which the next one places and writes what changed only (see plan).
+func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, s *index.Service, have []*discoveryv1.EndpointSlice) error {
+	key := planKey{k, set.blocks}
+	w, ok := fromPlan(r.plans.take(key), set, s, have, r.cfg.MaxEndpoints)
+	if !ok {
+		w = whole(set, s, have, r.cfg.MaxEndpoints)
+	}
+	telemetry.WriterSliceSyncs.WithLabelValues(w.from).Inc()
+	if err := r.write(ctx, k, set, w); err != nil {
+		return err // the plan is dropped: it may not be what the API holds
+	}
+	if s.Big() {
+		r.plans.put(key, w.plan)
+	}
+	return nil
 }
 
-func serviceUpToDate(have, want *corev1.Service) bool {
-	if len(have.Spec.Selector) > 0 || !clusterIPType(have) {
-		return false
-	}
-	for k, v := range want.Labels {
-		if have.Labels[k] != v {
-			return false
+// write does w: creates and updates first, deletions last, so an endpoint moving between slices
+// is never missing. It records in w.plan what it wrote.
+func (r *reconciler) write(ctx context.Context, k index.Key, set sliceSet, w sliceWork) error {
+	var errs []error
+	obsolete := w.obsolete
+	for _, at := range w.dirty {
+		sl := w.plan.slice(at)
+		if sl == nil {
+			if es := w.cached[sliceName(set.prefix, at.g, at.index)]; es != nil {
+				obsolete = append(obsolete, es)
+			}
+			continue
 		}
+		desired := set.slice(at.g, *sl)
+		rv, err := r.writeSlice(ctx, k, set, w.cached[desired.Name], desired)
+		errs = append(errs, err)
+		w.plan.written[desired.Name] = rv
 	}
-	if !annotationsUpToDate(have.Annotations, want.Annotations, index.ServiceAnnotationKeys) || len(have.Spec.Ports) != len(want.Spec.Ports) {
-		return false
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
-	for i, p := range want.Spec.Ports {
-		h := have.Spec.Ports[i]
-		if h.Name != p.Name || h.Port != p.Port || h.Protocol != p.Protocol || h.TargetPort != p.TargetPort {
-			return false
-		}
+	for _, es := range obsolete {
+		errs = append(errs, r.deleteSlice(ctx, es))
+		delete(w.plan.written, es.Name)
 	}
-	return true
+	return errors.Join(errs...)
 }
 
 // writeSlice makes want of have (nil: creates it) and returns the slice's resourceVersion then.
@@ -306,74 +323,42 @@ func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSl
 	return r.counted("delete", err)
 }
 
+func (r *reconciler) deleteImport(ctx context.Context, si *mcsv1alpha1.ServiceImport) error {
+	if r.mcs == nil {
+		return nil
+	}
+	err := r.mcs.MulticlusterV1alpha1().ServiceImports(si.Namespace).Delete(ctx, si.Name, preconditions(&si.ObjectMeta))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return r.counted("delete", err)
+}
+
 // preconditions make a delete apply only to the object we looked at, never to a newer one.
 func preconditions(m *metav1.ObjectMeta) metav1.DeleteOptions {
 	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &m.UID, ResourceVersion: &m.ResourceVersion}}
 }
 
-// sliceUpToDate compares whole ordered endpoint lists: placement keeps every endpoint where it
-// was, so equal slices list them in the same order. k8s.io/endpointslice's way (an EndpointSet of
-// the desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash)
-// would let foreign edits of fields it skips (hints) stand.
-func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
-	for k, v := range want.Labels {
-		if have.Labels[k] != v {
-			return false
-		}
+// createdIn counts a create in namespace ns and passes its error on: errTerminating when the
+// namespace is being deleted. A create that succeeds proves ns is not (again): the next refusal
+// is logged anew.
+func (r *reconciler) createdIn(ns string, err error) error {
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return fmt.Errorf("%w: %w", errTerminating, err)
 	}
-	return annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys) &&
-		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
-		apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports) &&
-		endpointsEqual(have.Endpoints, want.Endpoints)
+	if err == nil {
+		r.terminating.Delete(ns)
+	}
+	return r.counted("create", err)
 }
 
-// endpointsEqual compares endpoints by their protobuf encoding, the form the API server stores:
-// every field counts, one a later API adds too, as with apiequality.Semantic.DeepEqual (nil and
-// empty lists alike), at a twentieth of its cost and no allocation per endpoint (100 endpoints:
-// 5.9 µs, 11 allocations against 153 µs, 1,226; BenchmarkSliceUpToDate). A big service's sync
-// compares every one of its slices.
-func endpointsEqual(a, b []discoveryv1.Endpoint) bool {
-	if len(a) != len(b) {
-		return false
+// updated counts an update and passes its error on: errStale when the object is gone, which the
+// cache does not show yet (someone deleted it, the namespace controller among them).
+func (r *reconciler) updated(err error) error {
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: %w", errStale, err)
 	}
-	var ba, bb [512]byte
-	x, y := ba[:], bb[:]
-	for i := range a {
-		n := a[i].Size()
-		if b[i].Size() != n {
-			return false
-		}
-		if n > len(x) {
-			x, y = make([]byte, n), make([]byte, n)
-		}
-		if _, err := a[i].MarshalToSizedBuffer(x[:n]); err != nil {
-			return false
-		}
-		if _, err := b[i].MarshalToSizedBuffer(y[:n]); err != nil {
-			return false
-		}
-		if !bytes.Equal(x[:n], y[:n]) {
-			return false
-		}
-	}
-	return true
-}
-
-// normalPorts applies the API's defaults (empty name, TCP) so stored and desired ports compare.
-func normalPorts(ps []discoveryv1.EndpointPort) []discoveryv1.EndpointPort {
-	out := make([]discoveryv1.EndpointPort, len(ps))
-	for i, p := range ps {
-		out[i] = discoveryv1.EndpointPort{Name: ptr.To(ptr.Deref(p.Name, "")), Port: p.Port, Protocol: ptr.To(ptr.Deref(p.Protocol, corev1.ProtocolTCP)), AppProtocol: p.AppProtocol}
-	}
-	return out
-}
-
-func portsKey(ps []discoveryv1.EndpointPort) string {
-	ip := make([]index.Port, 0, len(ps))
-	for _, p := range normalPorts(ps) {
-		ip = append(ip, index.Port{Name: *p.Name, Port: ptr.Deref(p.Port, 0), Protocol: string(*p.Protocol)})
-	}
-	return index.PortsKey(ip)
+	return r.counted("update", err)
 }
 
 // counted records a successful write in the changes metric and passes err on.

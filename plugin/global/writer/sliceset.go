@@ -1,39 +1,16 @@
 package writer
 
 import (
-	"context"
-	"errors"
 	"maps"
 	"slices"
 
 	"github.com/globaldns/global/plugin/global/index"
-	"github.com/globaldns/global/plugin/global/telemetry"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
-
-// syncSlices writes the slices of set for every group of s: it places the endpoints (layout.go),
-// then writes the slices that may differ from the cache's. A whole sync places every desired
-// endpoint in the slices the cache holds, and compares them all; a big service's sync leaves a
-// plan, from which the next one places and writes what changed only (see plan).
-func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, s *index.Service, have []*discoveryv1.EndpointSlice) error {
-	key := planKey{k, set.blocks}
-	w, ok := fromPlan(r.plans.take(key), set, s, have, r.cfg.MaxEndpoints)
-	if !ok {
-		w = whole(set, s, have, r.cfg.MaxEndpoints)
-	}
-	telemetry.WriterSliceSyncs.WithLabelValues(w.from).Inc()
-	if err := r.write(ctx, k, set, w); err != nil {
-		return err // the plan is dropped: it may not be what the API holds
-	}
-	if s.Big() {
-		r.plans.put(key, w.plan)
-	}
-	return nil
-}
 
 // sliceWork is what one sync writes of a slice set: plan's slices at dirty, over the cached ones
 // of their names, then deletes obsolete and the cached slices at dirty that plan no longer holds.
@@ -112,34 +89,6 @@ func (w *sliceWork) sortCached(have []*discoveryv1.EndpointSlice, prefix string)
 		w.cached[es.Name] = es
 	}
 	return out
-}
-
-// write does w: creates and updates first, deletions last, so an endpoint moving between slices
-// is never missing. It records in w.plan what it wrote.
-func (r *reconciler) write(ctx context.Context, k index.Key, set sliceSet, w sliceWork) error {
-	var errs []error
-	obsolete := w.obsolete
-	for _, at := range w.dirty {
-		sl := w.plan.slice(at)
-		if sl == nil {
-			if es := w.cached[sliceName(set.prefix, at.g, at.index)]; es != nil {
-				obsolete = append(obsolete, es)
-			}
-			continue
-		}
-		desired := set.slice(at.g, *sl)
-		rv, err := r.writeSlice(ctx, k, set, w.cached[desired.Name], desired)
-		errs = append(errs, err)
-		w.plan.written[desired.Name] = rv
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	for _, es := range obsolete {
-		errs = append(errs, r.deleteSlice(ctx, es))
-		delete(w.plan.written, es.Name)
-	}
-	return errors.Join(errs...)
 }
 
 // sliceSet is one set of slices written for a global service: the -global Service's or, with

@@ -160,3 +160,44 @@ func keyOf(obj any) (index.Key, bool) {
 	}
 	return index.Key{Namespace: m.GetNamespace(), Name: m.GetLabels()[LabelService]}, true
 }
+
+// existing is what the cache holds of ours for one global service.
+type existing struct {
+	services []*corev1.Service
+	slices   []*discoveryv1.EndpointSlice
+	imports  []*mcsv1alpha1.ServiceImport
+}
+
+// splitMCS separates the MCS objects (ServiceImports, slices labelled with an MCS service name)
+// from the rest.
+func (e existing) splitMCS() (mcs, rest existing) {
+	mcs.imports, rest.services = e.imports, e.services
+	for _, es := range e.slices {
+		if _, ok := es.Labels[mcsv1alpha1.LabelServiceName]; ok {
+			mcs.slices = append(mcs.slices, es)
+		} else {
+			rest.slices = append(rest.slices, es)
+		}
+	}
+	return mcs, rest
+}
+
+// split separates the Service named name and its slices from the objects written under other
+// settings (another service_suffix): those are obsolete.
+func (e existing) split(name string) (svc *corev1.Service, slices []*discoveryv1.EndpointSlice, obsolete existing) {
+	for _, s := range e.services {
+		if s.Name == name {
+			svc = s
+		} else {
+			obsolete.services = append(obsolete.services, s)
+		}
+	}
+	for _, es := range e.slices {
+		if es.Labels[discoveryv1.LabelServiceName] == name {
+			slices = append(slices, es)
+		} else {
+			obsolete.slices = append(obsolete.slices, es)
+		}
+	}
+	return svc, slices, obsolete
+}
