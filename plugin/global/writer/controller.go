@@ -2,6 +2,11 @@
 // EndpointSlices with the union of its members, so that clients reading EndpointSlices (Linkerd's
 // destination service, gateways, ...) see what DNS answers. It reads the same index as DNS. One
 // replica writes at a time: Run is one leadership term (see Campaign).
+//
+// As in Kubernetes' endpointslicemirroring controller, the Writer (controller.go) runs the
+// informers on our objects and the terms' work queue of global services, and the reconciler
+// (reconciler.go) compares what the index wants with what the cache holds and writes the
+// difference; the Writer uses it through its methods only.
 package writer
 
 import (
@@ -14,7 +19,6 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -45,14 +49,14 @@ const (
 	DefaultResync = 10 * time.Minute
 )
 
-// Writer keeps the written objects in line with the index.
+// Writer keeps the written objects in line with the index: it runs the informers on them and
+// the leadership terms, and has the reconciler write what a term's queue says.
 type Writer struct {
-	cfg        Config
-	index      *index.Index
-	namespaces []string // watched; none: all
-	store      *store
-	rec        *reconciler
-	sweepErr   string // the last error of sweep, logged once
+	cfg    Config
+	client kubernetes.Interface // for Events and discovery; the reconciler writes through its own
+	index  *index.Index
+	store  *store
+	rec    *reconciler
 
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[index.Key]] // of the current term
 
@@ -61,7 +65,6 @@ type Writer struct {
 	closed bool
 	terms  sync.WaitGroup
 	stop   context.CancelFunc // ends the current term
-
 }
 
 // New returns a Writer for ix; it subscribes to ix, so call it before ix runs. Nothing runs
@@ -79,14 +82,11 @@ func New(client kubernetes.Interface, mcs mcsclient.Interface, ix *index.Index, 
 		storeMCS = mcs
 	}
 	st := newStore(client, storeMCS, namespaces, cfg.Owner)
-	w := &Writer{
-		cfg: cfg, index: ix, namespaces: namespaces, store: st,
-		rec: &reconciler{cfg: cfg, client: client, mcs: mcs, store: st, tracker: newTracker(), conflicts: newConflicts()},
-	}
+	w := &Writer{cfg: cfg, client: client, index: ix, store: st, rec: newReconciler(cfg, client, mcs, st, namespaces)}
 	ix.Subscribe(w.enqueue)
 	for _, sc := range st.scopes {
 		sc.services.AddEventHandler(w.echoes(nil))
-		sc.slices.AddEventHandler(w.echoes(w.rec.tracker))
+		sc.slices.AddEventHandler(w.echoes(w.rec.ownEcho))
 		if sc.imports != nil {
 			sc.imports.AddEventHandler(w.echoes(nil))
 		}
@@ -98,8 +98,8 @@ func New(client kubernetes.Interface, mcs mcsclient.Interface, ix *index.Index, 
 // starts with a warm cache.
 func (w *Writer) Start(ctx context.Context) {
 	bcast := record.NewBroadcaster()
-	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.rec.client.CoreV1().Events("")})
-	w.rec.conflicts.setRecorder(bcast.NewRecorder(eventScheme, corev1.EventSource{Component: ManagedBy}))
+	bcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: w.client.CoreV1().Events("")})
+	w.rec.startRecording(bcast)
 	for _, f := range w.store.factories {
 		f.Start(ctx.Done())
 	}
@@ -128,10 +128,11 @@ func (w *Writer) enqueue(k index.Key) {
 
 // echoes enqueues the global service of any change to our objects: someone else's edit or
 // deletion is repaired. The exact echo of our own slice write is not: a sync of a big service
-// compares every slice of it, and its own writes would double that.
-func (w *Writer) echoes(t *tracker) cache.ResourceEventHandler {
+// compares every slice of it, and its own writes would double that. own, if not nil, tells an
+// event that is such an echo.
+func (w *Writer) echoes(own func(obj any, gone bool) bool) cache.ResourceEventHandler {
 	on := func(obj any, gone bool) {
-		if t != nil && t.observe(obj, gone) {
+		if own != nil && own(obj, gone) {
 			return
 		}
 		if k, ok := keyOf(obj); ok {
@@ -170,7 +171,7 @@ func (w *Writer) Run(ctx context.Context) {
 		return
 	}
 
-	w.rec.plans.reset() // what the last term wrote may have been rewritten since
+	w.rec.forgetPlans()
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[index.Key](),
 		workqueue.TypedRateLimitingQueueConfig[index.Key]{Name: telemetry.Plugin})
 	w.queue.Store(&q)
@@ -196,8 +197,8 @@ func (w *Writer) Run(ctx context.Context) {
 			for _, k := range w.store.keys() {
 				q.Add(k)
 			}
-			w.sweep(ctx)
-			w.sweepImports(ctx)
+			w.rec.sweepOutside(ctx)
+			w.rec.sweepImports(ctx)
 			select {
 			case <-ctx.Done():
 				return
@@ -240,7 +241,7 @@ func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInter
 		// Dropped until its next change: every create fails until the namespace is gone.
 		telemetry.WriterSyncs.WithLabelValues("terminating").Inc()
 		q.Forget(k)
-		if _, logged := w.rec.terminating.LoadOrStore(k.Namespace, true); !logged {
+		if w.rec.newlyTerminating(k.Namespace) {
 			telemetry.Log.Infof("writer: namespace %s is terminating: its global services are not written", k.Namespace)
 		}
 	case errors.Is(err, errStale):

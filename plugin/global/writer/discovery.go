@@ -23,7 +23,7 @@ func (w *Writer) findImports(ctx context.Context) {
 	missing := false
 	retry := time.Second
 	for {
-		ok, err := importsInstalled(w.rec.client.Discovery())
+		ok, err := importsInstalled(w.client.Discovery())
 		wait := w.cfg.Resync
 		switch {
 		case err != nil:

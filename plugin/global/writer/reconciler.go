@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
@@ -35,16 +36,44 @@ var (
 // Kubernetes' EndpointSliceMirroring reconciler does: from the full desired state, comparing
 // with the cached state, writing nothing when they agree and as little as possible otherwise.
 type reconciler struct {
-	cfg       Config
-	client    kubernetes.Interface
-	mcs       mcsclient.Interface // nil unless serviceimports on
-	store     *store
-	tracker   *tracker
-	conflicts *conflicts
-	plans     plans
+	cfg    Config
+	client kubernetes.Interface
+	// mcs writes the ServiceImports with serviceimports on, and deletes those written earlier
+	// with it off; nil (no MCS client given to New), it does neither.
+	mcs        mcsclient.Interface
+	store      *store
+	namespaces []string // watched; none: all
+	tracker    *tracker
+	conflicts  *conflicts
+	plans      plans
 	// terminating holds the namespaces whose creates were refused as terminating, so that each
 	// is logged once, until a create there succeeds.
 	terminating sync.Map
+	sweepErr    string // the last error of sweepOutside, logged once
+}
+
+func newReconciler(cfg Config, client kubernetes.Interface, mcs mcsclient.Interface, st *store, namespaces []string) *reconciler {
+	return &reconciler{cfg: cfg, client: client, mcs: mcs, store: st, namespaces: namespaces, tracker: newTracker(), conflicts: newConflicts()}
+}
+
+// startRecording has conflicts recorded as Kubernetes Events through b, from now on.
+func (r *reconciler) startRecording(b record.EventBroadcaster) {
+	r.conflicts.setRecorder(b.NewRecorder(eventScheme, corev1.EventSource{Component: ManagedBy}))
+}
+
+// ownEcho is told every cached slice event, and reports whether it is exactly the echo of one of
+// our own writes (see tracker.observe).
+func (r *reconciler) ownEcho(obj any, gone bool) bool { return r.tracker.observe(obj, gone) }
+
+// forgetPlans has the next sync of every service start from the cache: a new term's, as what the
+// last term wrote may have been rewritten since.
+func (r *reconciler) forgetPlans() { r.plans.reset() }
+
+// newlyTerminating reports whether ns was not known to be terminating yet, and remembers that it
+// is until a create there succeeds (createdIn).
+func (r *reconciler) newlyTerminating(ns string) bool {
+	_, known := r.terminating.LoadOrStore(ns, true)
+	return !known
 }
 
 // sync makes the API hold what the index says about k (nil s: nothing). Every object of ours

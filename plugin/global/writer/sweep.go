@@ -12,16 +12,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// sweep deletes what this writer wrote in namespaces it no longer watches (`namespaces` lost
-// one): the store sees the watched ones only. One cluster-wide list per kind, of our objects
+// sweepOutside deletes what this writer wrote in namespaces it no longer watches (`namespaces`
+// lost one): the store sees the watched ones only. One cluster-wide list per kind, of our objects
 // outside those namespaces, usually empty. The RBAC may not allow it (namespaced Roles): that is
 // logged once, and the objects are left.
-func (w *Writer) sweep(ctx context.Context) {
-	if len(w.namespaces) == 0 {
+func (r *reconciler) sweepOutside(ctx context.Context) {
+	if len(r.namespaces) == 0 {
 		return // every namespace is watched
 	}
 	var outside []string
-	for _, ns := range w.namespaces {
+	for _, ns := range r.namespaces {
 		outside = append(outside, "metadata.namespace!="+ns)
 	}
 	// The field selector keeps the answer small; the namespaces are checked again here all the same.
@@ -35,47 +35,52 @@ func (w *Writer) sweep(ctx context.Context) {
 		case err != nil:
 			failed = append(failed, err.Error())
 		default:
-			w.rec.counted("delete", nil)
+			r.counted("delete", nil)
 			deleted[kind]++
 			namespaces[m.Namespace] = true
 		}
 	}
 	// Slices first, as in deleteAll.
-	client := w.rec.client
-	opts.LabelSelector = SliceSelector(w.cfg.Owner) + "," + LabelService
+	client := r.client
+	opts.LabelSelector = SliceSelector(r.cfg.Owner) + "," + LabelService
 	if l, err := client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, opts); err != nil {
 		failed = append(failed, err.Error())
 	} else {
 		for i := range l.Items {
-			if m := &l.Items[i].ObjectMeta; !slices.Contains(w.namespaces, m.Namespace) {
+			if m := &l.Items[i].ObjectMeta; !slices.Contains(r.namespaces, m.Namespace) {
 				del("EndpointSlices", m, client.DiscoveryV1().EndpointSlices(m.Namespace).Delete)
 			}
 		}
 	}
-	opts.LabelSelector = ServiceSelector(w.cfg.Owner) + "," + LabelService
+	opts.LabelSelector = ServiceSelector(r.cfg.Owner) + "," + LabelService
 	if l, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts); err != nil {
 		failed = append(failed, err.Error())
 	} else {
 		for i := range l.Items {
-			if m := &l.Items[i].ObjectMeta; !slices.Contains(w.namespaces, m.Namespace) {
+			if m := &l.Items[i].ObjectMeta; !slices.Contains(r.namespaces, m.Namespace) {
 				del("Services", m, client.CoreV1().Services(m.Namespace).Delete)
 			}
 		}
 	}
+	r.reportSweep(ctx, deleted, namespaces, failed)
+}
+
+// reportSweep logs what sweepOutside deleted in namespaces, and the first of its failures.
+func (r *reconciler) reportSweep(ctx context.Context, deleted map[string]int, namespaces map[string]bool, failed []string) {
 	if len(namespaces) > 0 {
 		telemetry.Log.Infof("writer: deleted %d Services and %d EndpointSlices in namespaces no longer watched: %s",
 			deleted["Services"], deleted["EndpointSlices"], strings.Join(slices.Sorted(maps.Keys(namespaces)), ", "))
 	}
 	// One warning while the failure lasts, not one per object and resync.
 	if len(failed) > 0 && ctx.Err() == nil {
-		if failed[0] != w.sweepErr {
-			w.sweepErr = failed[0]
+		if failed[0] != r.sweepErr {
+			r.sweepErr = failed[0]
 			telemetry.Log.Warningf("writer: cannot delete what it wrote in namespaces no longer watched (%d failures; it tries again every %v, "+
 				"or delete them with: kubectl delete services,endpointslices -n <namespace> -l %s=%s,%s=%s): %s",
-				len(failed), w.cfg.Resync, LabelManagedBy, ManagedBy, LabelWriter, w.cfg.Owner, failed[0])
+				len(failed), r.cfg.Resync, LabelManagedBy, ManagedBy, LabelWriter, r.cfg.Owner, failed[0])
 		}
 	} else {
-		w.sweepErr = ""
+		r.sweepErr = ""
 	}
 }
 
@@ -85,12 +90,12 @@ func (w *Writer) sweep(ctx context.Context) {
 // in namespaces no longer watched. One cluster-wide, label-selected list; where ServiceImports are
 // not served (no CRD) or not readable (RBAC granted for serviceimports on only), there is nothing
 // this writer could have written, or nothing it may do: said at debug level only.
-func (w *Writer) sweepImports(ctx context.Context) {
-	mcs := w.rec.mcs
-	if mcs == nil || w.cfg.ServiceImports && (len(w.namespaces) == 0 || !w.store.importsAvailable.Load()) {
+func (r *reconciler) sweepImports(ctx context.Context) {
+	mcs := r.mcs
+	if mcs == nil || r.cfg.ServiceImports && (len(r.namespaces) == 0 || !r.store.importsAvailable.Load()) {
 		return
 	}
-	l, err := mcs.MulticlusterV1alpha1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ServiceSelector(w.cfg.Owner) + "," + LabelService})
+	l, err := mcs.MulticlusterV1alpha1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ServiceSelector(r.cfg.Owner) + "," + LabelService})
 	if err != nil {
 		if ctx.Err() == nil {
 			telemetry.Log.Debugf("writer: looking for ServiceImports written earlier: %v", err)
@@ -100,10 +105,10 @@ func (w *Writer) sweepImports(ctx context.Context) {
 	deleted := 0
 	for i := range l.Items {
 		si := &l.Items[i]
-		if w.cfg.ServiceImports && slices.Contains(w.namespaces, si.Namespace) {
+		if r.cfg.ServiceImports && slices.Contains(r.namespaces, si.Namespace) {
 			continue
 		}
-		if err := w.rec.deleteImport(ctx, si); err != nil {
+		if err := r.deleteImport(ctx, si); err != nil {
 			if ctx.Err() == nil {
 				telemetry.Log.Warningf("writer: cannot delete ServiceImport %s/%s: %v", si.Namespace, si.Name, err)
 			}
@@ -112,6 +117,6 @@ func (w *Writer) sweepImports(ctx context.Context) {
 		deleted++
 	}
 	if deleted > 0 {
-		telemetry.Log.Infof("writer: deleted %d ServiceImports it wrote (serviceimports %s)", deleted, map[bool]string{true: "on, namespaces no longer watched", false: "off"}[w.cfg.ServiceImports])
+		telemetry.Log.Infof("writer: deleted %d ServiceImports it wrote (serviceimports %s)", deleted, map[bool]string{true: "on, namespaces no longer watched", false: "off"}[r.cfg.ServiceImports])
 	}
 }

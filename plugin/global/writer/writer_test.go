@@ -66,7 +66,7 @@ func waitQueue(t *testing.T, w *Writer, not any) any {
 	}
 }
 
-// sweep deletes this writer's objects outside the watched namespaces, and nothing else. (The fake
+// sweepOutside deletes this writer's objects outside the watched namespaces, and nothing else. (The fake
 // ignores the field selector that narrows the list on a real API server.)
 func TestSweepDeletesOnlyOursOutsideTheNamespaces(t *testing.T) {
 	meta := func(ns, name, owner string) metav1.ObjectMeta {
@@ -86,7 +86,7 @@ func TestSweepDeletesOnlyOursOutsideTheNamespaces(t *testing.T) {
 	client := fake.NewClientset(objs...)
 	ix := index.New(indextest.Topology(), indextest.New())
 	w := New(client, nil, ix, []string{"kept"}, Config{Suffix: DefaultSuffix, Owner: testOwner})
-	w.sweep(context.Background())
+	w.rec.sweepOutside(context.Background())
 	var deleted []string
 	for _, a := range client.Actions() {
 		if d, ok := a.(k8stesting.DeleteAction); ok {
