@@ -79,8 +79,8 @@ func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 // podMirrorOf returns, for one of Linkerd's per-pod mirrors (cluster_watcher_headless.go
 // createEndpointMirrorService), the headless mirror it belongs to and its ClusterIP; "" otherwise.
 func podMirrorOf(s *corev1.Service, p *problems) (string, netip.Addr) {
-	root := s.Labels[LabelHeadlessMirror]
-	if root == "" {
+	headless := s.Labels[LabelHeadlessMirror]
+	if headless == "" {
 		return "", netip.Addr{}
 	}
 	ip, err := netip.ParseAddr(s.Spec.ClusterIP)
@@ -88,7 +88,7 @@ func podMirrorOf(s *corev1.Service, p *problems) (string, netip.Addr) {
 		p.add(ReasonBadPodMirror, "per-pod mirror with clusterIP "+quote(s.Spec.ClusterIP))
 		return "", netip.Addr{}
 	}
-	return root, ip.Unmap()
+	return headless, ip.Unmap()
 }
 
 // remoteName recovers the original Service name of a mirror: the first label of the

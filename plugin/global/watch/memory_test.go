@@ -19,10 +19,10 @@ import (
 // 10,000 and 100,000 global services: per global service a local Service and 3 mirrors, 3
 // endpoints each, and a per-pod mirror (Service and slice) per mirror record. The objects are
 // made first; what is timed is what the plugin does with a reflector's initial lists (every
-// table's Replace) until the index is published. make bench measures the same on the real control
-// plane, at the sizes the API server loads in reasonable time.
+// reflector store's Replace) until the index is published. make bench measures the same on the
+// real control plane, at the sizes the API server loads in reasonable time.
 //
-// live-B/record is the live heap after a full GC: what the tables hold, the same in every run.
+// live-B/record is the live heap after a full GC: what the store holds, the same in every run.
 // inuse-B/record adds the free slots of the spans they occupy, which depend on when the GC ran
 // while the garbage of the conversion (the API objects) was interleaved with what is kept: for
 // the same live heap, about 440 B at GOGC=10, 500 at the default 100, 570 at 400.
@@ -40,10 +40,10 @@ func BenchmarkScale(b *testing.B) {
 					b.Fatal(err)
 				}
 				ix := index.New(&index.Topology{Local: "east"}, w)
-				w.state.setSink(ix)
+				w.objects.setSink(ix)
 				lists := scaleObjects(services)
 				b.StartTimer()
-				for _, t := range w.tables {
+				for _, t := range w.stores {
 					if err := t.Replace(lists[[2]int{int(t.kind), int(t.src)}], "1"); err != nil {
 						b.Fatal(err)
 					}
@@ -73,7 +73,7 @@ var scaleClusters = []string{"", "west", "north", "south"} // "": the local Serv
 
 const scaleEndpoints = 3
 
-// scaleObjects returns the API objects of n global services, by table (kind, source) as the
+// scaleObjects returns the API objects of n global services, by reflector (kind, source) as the
 // reflectors list them.
 func scaleObjects(services int) map[[2]int][]any {
 	lists := map[[2]int][]any{}

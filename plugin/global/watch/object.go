@@ -2,13 +2,11 @@ package watch
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,43 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 )
 
-// The watcher keeps these instead of the API objects: only what the index reads, converted once
-// per event, so the cache stays small and the index never re-parses.
-
-// service is a Service as the index sees it.
-type service struct {
-	meta
-	member *index.Member // nil: not a member of any global service
-	global string        // the global service's name, in the same namespace
-}
-
-func (s *service) key() index.Key { return index.Key{Namespace: s.namespace, Name: s.global} }
-
-// podMirror is one of Linkerd's per-pod mirrors (a ClusterIP Service): the headless mirror it
-// belongs to and its ClusterIP, the address of the record whose liveness it tells.
-type podMirror struct {
-	meta
-	root string
-	ip   netip.Addr
-}
-
-// slice is an EndpointSlice as the index sees it.
-type slice struct {
-	meta
-	service string       // kubernetes.io/service-name
-	slice   *index.Slice // nil: skipped
-}
-
-// podSlice is an EndpointSlice of a per-pod mirror: only whether it has a ready endpoint counts.
-type podSlice struct {
-	meta
-	pod   string // the per-pod mirror, its kubernetes.io/service-name
-	ready bool
-}
+// The watcher keeps small objects instead of the API objects: only what the index reads,
+// converted once per event, so the cache stays small and the index never re-parses. Each kind's is
+// in the file named for it: service (services.go), slice (endpointslices.go), podMirrorService
+// and podMirrorSlice (podmirrors.go).
 
 // meta is all of an object's metadata the watcher needs: its key and its version, as a number
 // (0 when it is not one: then every relist counts it as changed).
@@ -81,13 +49,7 @@ func (m *meta) objectMeta() *meta { return m }
 // GetObjectKind implements runtime.Object.
 func (*meta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
-// The stored objects are never mutated, so a shallow copy is a deep copy.
-func (s *service) DeepCopyObject() runtime.Object   { c := *s; return &c }
-func (s *podMirror) DeepCopyObject() runtime.Object { c := *s; return &c }
-func (s *slice) DeepCopyObject() runtime.Object     { c := *s; return &c }
-func (s *podSlice) DeepCopyObject() runtime.Object  { c := *s; return &c }
-
-// object is any of the above.
+// object is any of the kept objects.
 type object interface {
 	runtime.Object
 	objectMeta() *meta
@@ -117,8 +79,8 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 				member, global := localMember(o, &p)
 				return &service{meta: m, member: member, global: global.Name}, nil
 			}
-			if root, ip := podMirrorOf(o, &p); root != "" {
-				return &podMirror{meta: m, root: root, ip: ip}, nil
+			if headless, ip := podMirrorOf(o, &p); headless != "" {
+				return &podMirrorService{meta: m, headless: headless, ip: ip}, nil
 			}
 			member, global := mirrorMember(o, &p)
 			return &service{meta: m, member: member, global: global.Name}, nil
@@ -132,7 +94,7 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 			}
 			if src == fromPodMirror {
 				ready := slices.ContainsFunc(o.Endpoints, func(e discoveryv1.Endpoint) bool { return ptr.Deref(e.Conditions.Ready, true) })
-				return &podSlice{meta: m, pod: svc, ready: ready}, nil
+				return &podMirrorSlice{meta: m, pod: svc, ready: ready}, nil
 			}
 			s := &slice{meta: m, service: svc}
 			if svc != "" {
@@ -145,100 +107,6 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 		}
 		return obj, nil // already converted
 	}
-}
-
-// convertSlice reduces an EndpointSlice to an index.Slice; nil when the whole slice is unusable.
-// A mirror's endpoint without a hostname is left out (counted in Unnamed): Linkerd mirrors only
-// pods with hostnames into a headless mirror (cluster_watcher_headless.go
-// createOrUpdateHeadlessEndpoints), and on a change of the remote Service it writes the gateway's
-// address there, without one, as into a ClusterIP mirror (cluster_watcher.go
-// handleRemoteExportedServiceUpdated; handleRemoteServiceUpdated in 2.14); the index warns of it
-// for headless mirrors (a ClusterIP mirror's slices, in the same table, have no other endpoints,
-// and are members of nothing).
-func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *index.Slice {
-	var fam index.Family
-	switch es.AddressType {
-	case discoveryv1.AddressTypeIPv4:
-		fam = index.IPv4
-	case discoveryv1.AddressTypeIPv6:
-		fam = index.IPv6
-	default:
-		p.add(ReasonFQDNSlice, "address type "+quote(string(es.AddressType)))
-		return nil
-	}
-	out := &index.Slice{Family: fam, Endpoints: make([]index.Endpoint, 0, len(es.Endpoints))}
-	for _, sp := range es.Ports {
-		if sp.Port == nil {
-			p.add(ReasonPortWithoutNumber, "a port without a number")
-			continue
-		}
-		out.Ports = append(out.Ports, index.Port{Name: ptr.Deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(ptr.Deref(sp.Protocol, ""))})
-	}
-	out.Ports = internPorts(out.Ports)
-	for i := range es.Endpoints {
-		e := &es.Endpoints[i]
-		ready := ptr.Deref(e.Conditions.Ready, true) // nil means ready, as in Kubernetes
-		ep := index.Endpoint{
-			Ready: ready,
-			// Without a serving condition (the mirroring controller sets none), serving is ready.
-			Serving:     ptr.Deref(e.Conditions.Serving, ready),
-			Terminating: ptr.Deref(e.Conditions.Terminating, false),
-		}
-		if e.Zone != nil || e.NodeName != nil || e.TargetRef != nil {
-			ep.Local = &index.Placement{Zone: ptr.Deref(e.Zone, ""), NodeName: ptr.Deref(e.NodeName, "")}
-			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
-				ep.Local.Pod = e.TargetRef.Name
-			}
-		}
-		// Kubernetes validates addresses; a cache can still hold anything. An IPv4-mapped IPv6
-		// address would answer AAAA for an IPv4 endpoint and name it with dots. Only the first
-		// valid address counts, as in Kubernetes' own consumers.
-		var addr netip.Addr
-		for _, a := range e.Addresses {
-			ip, err := netip.ParseAddr(a)
-			if err != nil || ip.Zone() != "" || ip.Is4In6() || (fam == index.IPv4) != ip.Is4() {
-				p.add(ReasonBadAddress, "address "+quote(a))
-				continue
-			}
-			if !addr.IsValid() {
-				addr = ip
-			}
-		}
-		if !addr.IsValid() {
-			continue
-		}
-		ep.SetAddr(addr)
-		ep.Host = ptr.Deref(e.Hostname, "")
-		if ep.Host != "" && len(validation.IsDNS1123Label(ep.Host)) > 0 {
-			p.add(ReasonBadHostname, "hostname "+quote(ep.Host)+" is not a DNS label: taken as none")
-			ep.Host = ""
-		}
-		switch {
-		case ep.Host == "" && mirror:
-			out.Unnamed++
-			continue
-		case ep.Host == "":
-			ep.Host = dashed(addr)
-		}
-		out.Endpoints = append(out.Endpoints, ep)
-	}
-	return out
-}
-
-// dashed is the hostname CoreDNS's kubernetes plugin gives an endpoint without one: 10-244-1-5,
-// fd00--1 (with a 0 added where a dash would start or end the label).
-func dashed(a netip.Addr) string {
-	if a.Is4() {
-		return strings.ReplaceAll(a.String(), ".", "-")
-	}
-	h := strings.ReplaceAll(a.String(), ":", "-")
-	if strings.HasSuffix(h, "-") {
-		h += "0"
-	}
-	if strings.HasPrefix(h, "-") {
-		h = "0" + h
-	}
-	return h
 }
 
 func quote(s string) string {
@@ -297,7 +165,7 @@ func (p *problems) report() {
 	telemetry.Log.Warningf("%s %s/%s: %s", kind, p.meta.Namespace, p.meta.Name, line)
 }
 
-// problemLog remembers, per object of one table, the problems last reported, so an object is
+// problemLog remembers, per object of one reflector, the problems last reported, so an object is
 // logged and counted once per distinct set of problems, not again on every update and relist.
 // It holds only objects with problems.
 type problemLog struct {

@@ -1,7 +1,8 @@
 // Package watch feeds the index from the Kubernetes API: label-selected reflectors on Services and
 // EndpointSlices, whose objects are converted on arrival into small immutable ones (object.go),
-// classified by what Linkerd's service mirror writes (linkerd.go), and kept in tables indexed the
-// way the index reads them (state.go). The tables are the index's Source.
+// classified by what Linkerd's service mirror writes (linkerd.go), and kept in an objectStore
+// (store.go) indexed the way the index reads them, one file per kind of object: services.go,
+// endpointslices.go, podmirrors.go. The objectStore is the index's Source.
 package watch
 
 import (
@@ -23,17 +24,17 @@ import (
 )
 
 // Sink receives what the watcher sees: Changed for every global service an event may affect, and
-// Start once the tables hold the initial state. *index.Index is a Sink.
+// Start once the store holds the initial state. *index.Index is a Sink.
 type Sink interface {
 	Changed(index.Key)
 	Start()
 }
 
-// Watcher runs the reflectors and answers index.Source from its tables.
+// Watcher runs the reflectors and answers index.Source from their objects.
 type Watcher struct {
-	state      *state
+	objects    *objectStore
 	reflectors []*cache.Reflector
-	tables     []*table
+	stores     []*reflectorStore // one per reflector
 }
 
 // New returns a Watcher of namespaces (all when empty), taking as local members the Services that
@@ -42,8 +43,8 @@ type Watcher struct {
 // Per namespace, five reflectors: the Services Linkerd mirrored here (headless and per-pod
 // mirrors), the local Services selected by exportSelector, and the EndpointSlices of each:
 // headless mirrors', per-pod mirrors' (their readiness is the linked cluster's gateway liveness)
-// and the local Services'. They write straight into the watcher's tables: no informer store keeps
-// a second copy, and no key strings are made.
+// and the local Services'. They write straight into the watcher's objectStore: no informer store
+// keeps a second copy, and no key strings are made.
 func New(client kubernetes.Interface, namespaces []string, exportSelector string) (*Watcher, error) {
 	if _, err := labels.Parse(exportSelector); err != nil {
 		return nil, fmt.Errorf("export selector %q: %w", exportSelector, err)
@@ -51,7 +52,7 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	w := &Watcher{state: newState()}
+	w := &Watcher{objects: newObjectStore()}
 	// client-go's fake cannot serve a list as a stream: with it, lists are typed.
 	typed := watchlist.DoesClientNotSupportWatchListSemantics(client)
 	for _, ns := range namespaces {
@@ -95,7 +96,7 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 			if r.kind == kindSlice {
 				example, log = &discoveryv1.EndpointSlice{}, newProblemLog("EndpointSlice")
 			}
-			t := &table{state: w.state, namespace: ns, kind: r.kind, src: r.src, transform: transform(r.src, log), problems: log, synced: make(chan struct{})}
+			t := &reflectorStore{objects: w.objects, namespace: ns, kind: r.kind, src: r.src, transform: transform(r.src, log), problems: log, synced: make(chan struct{})}
 			lw := services(r.selector, t.transform)
 			if r.kind == kindSlice {
 				lw = endpointSlices(r.selector, t.transform)
@@ -104,7 +105,7 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 			if ns != metav1.NamespaceAll {
 				name += " in " + ns
 			}
-			w.tables = append(w.tables, t)
+			w.stores = append(w.stores, t)
 			w.reflectors = append(w.reflectors, cache.NewReflectorWithOptions(lw, example, t, cache.ReflectorOptions{Name: name}))
 		}
 	}
@@ -134,16 +135,16 @@ type noWatchList struct{}
 
 func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
-// Run runs the reflectors, tells sink about every change, calls sink.Start once every table holds
-// its reflector's initial list, and stops when ctx is done.
+// Run runs the reflectors, tells sink about every change, calls sink.Start once every reflector
+// has stored its initial list, and stops when ctx is done.
 func (w *Watcher) Run(ctx context.Context, sink Sink) error {
-	w.state.setSink(sink)
+	w.objects.setSink(sink)
 	var running sync.WaitGroup
 	for _, r := range w.reflectors {
 		running.Go(func() { r.RunWithContext(ctx) })
 	}
 	go func() {
-		for _, t := range w.tables {
+		for _, t := range w.stores {
 			select {
 			case <-t.synced:
 			case <-ctx.Done():
@@ -158,17 +159,17 @@ func (w *Watcher) Run(ctx context.Context, sink Sink) error {
 }
 
 // Members implements index.Source.
-func (w *Watcher) Members(k index.Key) []*index.Member { return w.state.members(k) }
+func (w *Watcher) Members(k index.Key) []*index.Member { return w.objects.members(k) }
 
 // Slices implements index.Source.
-func (w *Watcher) Slices(m *index.Member) []*index.Slice { return w.state.slices(m) }
+func (w *Watcher) Slices(m *index.Member) []*index.Slice { return w.objects.slices(m) }
 
 // PodMirrors implements index.Source.
-func (w *Watcher) PodMirrors(m *index.Member) []index.PodMirror { return w.state.podMirrors(m) }
+func (w *Watcher) PodMirrors(m *index.Member) []index.PodMirror { return w.objects.podMirrors(m) }
 
 // PodMirrorGeneration implements index.Source.
 func (w *Watcher) PodMirrorGeneration(m *index.Member) uint64 {
-	return w.state.podMirrorGeneration(m)
+	return w.objects.podMirrorGeneration(m)
 }
 
 var _ index.Source = (*Watcher)(nil)

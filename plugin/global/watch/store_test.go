@@ -27,10 +27,10 @@ func (r *recorder) take() []index.Key {
 	return out
 }
 
-// tables returns the tables of one Watcher of namespace ns: mirror Services, per-pod mirror
-// slices, mirror slices.
-func tables(w *Watcher, ns string) (services, podSlices, slices *table) {
-	for _, t := range w.tables {
+// stores returns the reflector stores of one Watcher of namespace ns: mirror Services, per-pod
+// mirror slices, mirror slices.
+func stores(w *Watcher, ns string) (services, podSlices, slices *reflectorStore) {
+	for _, t := range w.stores {
 		if t.namespace != ns || t.src == fromLocal {
 			continue
 		}
@@ -70,9 +70,9 @@ func TestStatePodMirrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &recorder{}
-	w.state.setSink(rec)
-	services, podSlices, mirrorSlices := tables(w, "db")
-	otherServices, otherPodSlices, _ := tables(w, "other")
+	w.objects.setSink(rec)
+	services, podSlices, mirrorSlices := stores(w, "db")
+	otherServices, otherPodSlices, _ := stores(w, "other")
 	foo := index.Key{Namespace: "db", Name: "foo"}
 	member := func() *index.Member { return w.Members(foo)[0] }
 	// Every change of liveness comes with a new generation, or the index would keep merging a
@@ -157,8 +157,8 @@ func TestStatePodMirrors(t *testing.T) {
 	if got := liveness(); got != "[]" {
 		t.Errorf("no per-pod mirror: liveness %s", got)
 	}
-	if sp := w.state.spaces["db"]; len(sp.pods) != 0 || len(sp.roots) != 0 || len(sp.podSlices) != 0 {
-		t.Errorf("left behind: %v %v %v", sp.pods, sp.roots, sp.podSlices)
+	if sp := w.objects.byNamespace["db"]; len(sp.podMirrors) != 0 || len(sp.podMirrorLists) != 0 || len(sp.podMirrorSlices) != 0 {
+		t.Errorf("left behind: %v %v %v", sp.podMirrors, sp.podMirrorLists, sp.podMirrorSlices)
 	}
 }
 
@@ -170,7 +170,7 @@ func TestPodMirrorGenerations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	services, podSlices, mirrorSlices := tables(w, "db")
+	services, podSlices, mirrorSlices := stores(w, "db")
 	must(t, services.Add(mirrorService("foo-west", nil)))
 	must(t, mirrorSlices.Add(mirrorSlice("foo-west-1", "foo-west", "10.96.0.10")))
 	must(t, services.Add(mirrorService("bar-west", func(s *corev1.Service) {
@@ -228,7 +228,7 @@ func TestProblemsReportedOncePerObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	services, _, _ := tables(w, "db")
+	services, _, _ := stores(w, "db")
 	counted := func(reason string) float64 { return testutil.ToFloat64(telemetry.Skipped.WithLabelValues(reason)) }
 	gauge := func() float64 { return testutil.ToFloat64(telemetry.ObjectsWithProblems.WithLabelValues("Service")) }
 	noLabel, badName := counted(ReasonNoClusterLabel), counted(ReasonBadClusterName)
@@ -285,7 +285,7 @@ func TestSliceUpdateKeepsItsPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	services, _, mirrorSlices := tables(w, "db")
+	services, _, mirrorSlices := stores(w, "db")
 	must(t, services.Add(mirrorService("foo-west", nil)))
 	for i := range 5 {
 		must(t, mirrorSlices.Add(mirrorSlice(fmt.Sprintf("foo-west-%d", i), "foo-west", fmt.Sprintf("10.96.0.%d", i))))
