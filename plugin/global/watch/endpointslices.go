@@ -47,14 +47,7 @@ func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *inde
 		return nil
 	}
 	out := &index.Slice{Family: fam, Endpoints: make([]index.Endpoint, 0, len(es.Endpoints))}
-	for _, sp := range es.Ports {
-		if sp.Port == nil {
-			p.add(ReasonPortWithoutNumber, "a port without a number")
-			continue
-		}
-		out.Ports = append(out.Ports, index.Port{Name: ptr.Deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(ptr.Deref(sp.Protocol, ""))})
-	}
-	out.Ports = internPorts(out.Ports)
+	out.Ports = convertPorts(es.Ports, p)
 	for i := range es.Endpoints {
 		e := &es.Endpoints[i]
 		ready := ptr.Deref(e.Conditions.Ready, true) // nil means ready, as in Kubernetes
@@ -70,20 +63,7 @@ func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *inde
 				ep.Local.Pod = e.TargetRef.Name
 			}
 		}
-		// Kubernetes validates addresses; a cache can still hold anything. An IPv4-mapped IPv6
-		// address would answer AAAA for an IPv4 endpoint and name it with dots. Only the first
-		// valid address counts, as in Kubernetes' own consumers.
-		var addr netip.Addr
-		for _, a := range e.Addresses {
-			ip, err := netip.ParseAddr(a)
-			if err != nil || ip.Zone() != "" || ip.Is4In6() || (fam == index.IPv4) != ip.Is4() {
-				p.add(ReasonBadAddress, "address "+quote(a))
-				continue
-			}
-			if !addr.IsValid() {
-				addr = ip
-			}
-		}
+		addr := firstAddr(e.Addresses, fam, p)
 		if !addr.IsValid() {
 			continue
 		}
@@ -103,6 +83,38 @@ func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *inde
 		out.Endpoints = append(out.Endpoints, ep)
 	}
 	return out
+}
+
+// convertPorts keeps the ports that have a number.
+func convertPorts(ps []discoveryv1.EndpointPort, p *problems) []index.Port {
+	var out []index.Port
+	for _, sp := range ps {
+		if sp.Port == nil {
+			p.add(ReasonPortWithoutNumber, "a port without a number")
+			continue
+		}
+		out = append(out, index.Port{Name: ptr.Deref(sp.Name, ""), Port: *sp.Port, Protocol: protocol(ptr.Deref(sp.Protocol, ""))})
+	}
+	return internPorts(out)
+}
+
+// firstAddr is an endpoint's address of family fam; invalid when it has none. Kubernetes
+// validates addresses; a cache can still hold anything. An IPv4-mapped IPv6 address would answer
+// AAAA for an IPv4 endpoint and name it with dots. Only the first valid address counts, as in
+// Kubernetes' own consumers.
+func firstAddr(addrs []string, fam index.Family, p *problems) netip.Addr {
+	var addr netip.Addr
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || ip.Zone() != "" || ip.Is4In6() || (fam == index.IPv4) != ip.Is4() {
+			p.add(ReasonBadAddress, "address "+quote(a))
+			continue
+		}
+		if !addr.IsValid() {
+			addr = ip
+		}
+	}
+	return addr
 }
 
 // dashed is the hostname CoreDNS's kubernetes plugin gives an endpoint without one: 10-244-1-5,

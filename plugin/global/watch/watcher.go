@@ -53,32 +53,9 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	w := &Watcher{objects: newObjectStore()}
-	// client-go's fake cannot serve a list as a stream: with it, lists are typed.
 	typed := watchlist.DoesClientNotSupportWatchListSemantics(client)
 	for _, ns := range namespaces {
-		services := func(selector string, convert func(any) (any, error)) cache.ListerWatcher {
-			c := client.CoreV1().Services(ns)
-			list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				if typed {
-					return c.List(ctx, o)
-				}
-				return listConverted[corev1.Service](ctx, client.CoreV1().RESTClient(), ns, "services", o, convert,
-					func() *corev1.ServiceList { return &corev1.ServiceList{} }, func(l *corev1.ServiceList) []corev1.Service { return l.Items })
-			}
-			return listWatch(selector, list, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
-		}
-		endpointSlices := func(selector string, convert func(any) (any, error)) cache.ListerWatcher {
-			c := client.DiscoveryV1().EndpointSlices(ns)
-			list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				if typed {
-					return c.List(ctx, o)
-				}
-				return listConverted[discoveryv1.EndpointSlice](ctx, client.DiscoveryV1().RESTClient(), ns, "endpointslices", o, convert,
-					func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} },
-					func(l *discoveryv1.EndpointSliceList) []discoveryv1.EndpointSlice { return l.Items })
-			}
-			return listWatch(selector, list, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
-		}
+		lists := namespaceLister{client: client, namespace: ns, typed: typed}
 		for _, r := range []struct {
 			kind     kind
 			src      source
@@ -97,9 +74,9 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 				example, log = &discoveryv1.EndpointSlice{}, newProblemLog("EndpointSlice")
 			}
 			t := &reflectorStore{objects: w.objects, namespace: ns, kind: r.kind, src: r.src, transform: transform(r.src, log), problems: log, synced: make(chan struct{})}
-			lw := services(r.selector, t.transform)
+			lw := lists.services(r.selector, t.transform)
 			if r.kind == kindSlice {
-				lw = endpointSlices(r.selector, t.transform)
+				lw = lists.endpointSlices(r.selector, t.transform)
 			}
 			name := "global " + r.name
 			if ns != metav1.NamespaceAll {
@@ -110,6 +87,41 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 		}
 	}
 	return w, nil
+}
+
+// namespaceLister makes the ListerWatchers of one namespace's Services and EndpointSlices, whose
+// lists are converted as they are read (listConverted) unless typed.
+type namespaceLister struct {
+	client    kubernetes.Interface
+	namespace string
+	typed     bool // client-go's fake cannot serve a list as a stream: with it, lists are typed
+}
+
+func (nl namespaceLister) services(selector string, convert func(any) (any, error)) cache.ListerWatcher {
+	client, ns := nl.client, nl.namespace
+	c := client.CoreV1().Services(ns)
+	list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		if nl.typed {
+			return c.List(ctx, o)
+		}
+		return listConverted[corev1.Service](ctx, client.CoreV1().RESTClient(), ns, "services", o, convert,
+			func() *corev1.ServiceList { return &corev1.ServiceList{} }, func(l *corev1.ServiceList) []corev1.Service { return l.Items })
+	}
+	return listWatch(selector, list, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
+}
+
+func (nl namespaceLister) endpointSlices(selector string, convert func(any) (any, error)) cache.ListerWatcher {
+	client, ns := nl.client, nl.namespace
+	c := client.DiscoveryV1().EndpointSlices(ns)
+	list := func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		if nl.typed {
+			return c.List(ctx, o)
+		}
+		return listConverted[discoveryv1.EndpointSlice](ctx, client.DiscoveryV1().RESTClient(), ns, "endpointslices", o, convert,
+			func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} },
+			func(l *discoveryv1.EndpointSliceList) []discoveryv1.EndpointSlice { return l.Items })
+	}
+	return listWatch(selector, list, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return c.Watch(ctx, o) })
 }
 
 // listWatch lists and watches with a label selector, never streaming the initial list as watch
