@@ -259,7 +259,7 @@ func (r *reconciler) syncSlices(ctx context.Context, k index.Key, set sliceSet, 
 	key := planKey{k, set.blocks}
 	w, ok := fromPlan(r.plans.take(key), set, s, have, r.cfg.MaxEndpoints)
 	if !ok {
-		w = whole(set, s, have, r.cfg.MaxEndpoints)
+		w = fromWhole(set, s, have, r.cfg.MaxEndpoints)
 	}
 	telemetry.WriterSliceSyncs.WithLabelValues(w.from).Inc()
 	if err := r.write(ctx, k, set, w); err != nil {

@@ -41,9 +41,9 @@ func fromPlan(p *plan, set sliceSet, s *index.Service, have []*discoveryv1.Endpo
 	return w, true
 }
 
-// whole is the work of a whole sync: every desired endpoint of s placed in the slices the cache
-// holds (have), and every slice of either written or deleted.
-func whole(set sliceSet, s *index.Service, have []*discoveryv1.EndpointSlice, max int) sliceWork {
+// fromWhole is the work of a whole sync: every desired endpoint of s placed in the slices the
+// cache holds (have), and every slice of either written or deleted.
+func fromWhole(set sliceSet, s *index.Service, have []*discoveryv1.EndpointSlice, max int) sliceWork {
 	var names map[clusterHost]string
 	if !set.hosts {
 		names = hostnames(s.Records())

@@ -66,8 +66,8 @@ func waitQueue(t *testing.T, w *Writer, not any) any {
 	}
 }
 
-// sweepOutside deletes this writer's objects outside the watched namespaces, and nothing else. (The fake
-// ignores the field selector that narrows the list on a real API server.)
+// sweepOutside deletes this writer's objects outside the watched namespaces, and nothing else.
+// (The fake ignores the field selector that narrows the list on a real API server.)
 func TestSweepDeletesOnlyOursOutsideTheNamespaces(t *testing.T) {
 	meta := func(ns, name, owner string) metav1.ObjectMeta {
 		m := metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"team": "theirs"}}
