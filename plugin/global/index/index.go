@@ -290,7 +290,7 @@ func (ix *Index) Publish() {
 	ix.mu.Unlock()
 
 	if len(dirty) > 0 {
-		ix.publish(dirty)
+		ix.publishDirty(dirty)
 		ix.mu.Lock()
 		ix.inFlight = time.Time{}
 		if len(ix.dirty) == 0 {
@@ -306,7 +306,9 @@ func (ix *Index) Publish() {
 	}
 }
 
-func (ix *Index) publish(dirty map[Key]time.Time) {
+// publishDirty builds the next snapshot from the last with the dirty global services rebuilt,
+// stores it, and tells the subscribers which changed.
+func (ix *Index) publishDirty(dirty map[Key]time.Time) {
 	old := ix.snap.Load()
 	next := &Snapshot{
 		root:       old.root, // shared until changed
