@@ -34,15 +34,9 @@ func (sp *namespaceObjects) serviceVersion(src source, name string) uint64 {
 	return 0
 }
 
-func (sp *namespaceObjects) localKeys(out []objectKey) []objectKey {
-	for name := range sp.local {
-		out = append(out, objectKey{name: name})
-	}
-	return out
-}
-
-func (sp *namespaceObjects) mirrorKeys(out []objectKey) []objectKey {
-	for name := range sp.mirrors {
+// serviceKeys appends the keys of the Services of m (local or mirrors) to out.
+func serviceKeys(out []objectKey, m map[string]*service) []objectKey {
+	for name := range m {
 		out = append(out, objectKey{name: name})
 	}
 	return out

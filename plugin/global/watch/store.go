@@ -275,9 +275,9 @@ func (sp *namespaceObjects) keys(t *reflectorStore) []objectKey {
 	var out []objectKey
 	switch {
 	case t.kind == kindService && t.src == fromLocal:
-		out = sp.localKeys(out)
+		out = serviceKeys(out, sp.local)
 	case t.kind == kindService:
-		out = sp.podMirrorKeys(sp.mirrorKeys(out))
+		out = sp.podMirrorKeys(serviceKeys(out, sp.mirrors))
 	case t.src == fromPodMirror:
 		out = sp.podMirrorSliceKeys(out)
 	default:

@@ -35,6 +35,7 @@ var (
 // reconciler writes one global service's Service and EndpointSlices from the index, the way
 // Kubernetes' EndpointSliceMirroring reconciler does: from the full desired state, comparing
 // with the cached state, writing nothing when they agree and as little as possible otherwise.
+// It also deletes what no sync would (sweep.go).
 type reconciler struct {
 	cfg    Config
 	client kubernetes.Interface
