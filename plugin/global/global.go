@@ -111,24 +111,39 @@ func (g *Global) OnStartup() error {
 		g.wg.Add(1)
 		go func() { defer g.wg.Done(); g.leftovers(ctx) }()
 	}
-	if g.writer != nil {
-		g.identity = writer.Identity()
-		g.writer.Start(ctx)
-		var campaign context.Context
-		campaign, g.campaign = context.WithCancel(ctx)
-		g.wg.Add(1)
-		go func() {
-			defer g.wg.Done()
-			writer.Campaign(campaign, g.electionClient, g.election, g.identity, g.writer.Run,
-				func(leader string) { g.leader.Store(&leader) })
-		}()
+	g.startWriter(ctx)
+	if g.waitForSync(clientsSynced) {
+		log.Infof("synced in %v: %d global services", time.Since(start).Round(time.Millisecond), g.index.Snapshot().Len())
 	}
+	return nil
+}
 
+// startWriter starts, unless `endpointslices off`, the writer's informers and its campaign for
+// the lease.
+func (g *Global) startWriter(ctx context.Context) {
+	if g.writer == nil {
+		return
+	}
+	g.identity = writer.Identity()
+	g.writer.Start(ctx)
+	var campaign context.Context
+	campaign, g.campaign = context.WithCancel(ctx)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		writer.Campaign(campaign, g.electionClient, g.election, g.identity, g.writer.Run,
+			func(leader string) { g.leader.Store(&leader) })
+	}()
+}
+
+// waitForSync waits, up to startupTimeout, for the index's first sync and, with client_locality,
+// for the clients' Nodes and Pods (until then answers are the cluster's view); false when it
+// gave up.
+func (g *Global) waitForSync(clientsSynced <-chan struct{}) bool {
 	deadline := time.NewTimer(g.startupTimeout)
 	defer deadline.Stop()
 	say := time.NewTicker(time.Second)
 	defer say.Stop()
-	// Clients known before the first answer, too: until then answers are the cluster's view.
 	indexSynced := g.index.Synced()
 	for indexSynced != nil || clientsSynced != nil {
 		select {
@@ -144,11 +159,10 @@ func (g *Global) OnStartup() error {
 			} else {
 				log.Warning("starting the server before the clients' Nodes and Pods are read: answers are the cluster's view until they are")
 			}
-			return nil
+			return false
 		}
 	}
-	log.Infof("synced in %v: %d global services", time.Since(start).Round(time.Millisecond), g.index.Snapshot().Len())
-	return nil
+	return true
 }
 
 // topologyWait bounds the wait for the topology's sources at startup.
