@@ -753,6 +753,8 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 		fmt.Sprintf("%s ns, %s allocs; SRV %s ns, %s allocs",
 			median("BenchmarkServeDNS/service", "ns/op"), median("BenchmarkServeDNS/service", "allocs/op"),
 			median("BenchmarkServeDNS/srv", "ns/op"), median("BenchmarkServeDNS/srv", "allocs/op")))
+	r.goal("ServeDNS, a name ranked from the client's node (6 A records over 5 client tiers; median of 3)", "≤ 0.6 µs and ≤ 4 allocs",
+		fmt.Sprintf("%s ns, %s allocs", median("BenchmarkServeDNS/client", "ns/op"), median("BenchmarkServeDNS/client", "allocs/op")))
 	publish := func(out []string, changing, unit string) string {
 		var vs []string
 		for _, n := range []string{"1000", "10000", "100000"} {
@@ -822,10 +824,20 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 	if len(live) == 0 || len(inuse) == 0 {
 		return fmt.Errorf("no live-B/record or inuse-B/record in %q", mem)
 	}
-	r.goal("Memory per record at 120k records, per-pod mirrors included (in process)", "≤ 0.5 KB; ≤ 400 B",
+	r.goal("Memory per record at 120k records, per-pod mirrors included, local endpoints' zones and nodes kept (in process)", "≤ 0.5 KB; ≤ 420 B",
 		fmt.Sprintf("live %.0f bytes (median of %d; %.0f to %.0f), heap in use %.0f (%.0f to %.0f); at 12k / 1.2M records live %.0f / %.0f",
 			quantile(live, .5), len(live), slices.Min(live), slices.Max(live), quantile(inuse, .5), slices.Min(inuse), slices.Max(inuse),
 			quantile(at("1000", "live-B/record"), .5), quantile(at("100000", "live-B/record"), .5)))
+	pods, err := run(nil, "-bench", "PodTable", "-benchtime", "1x", "-count", "3", "./plugin/global/watch/")
+	if err != nil {
+		return err
+	}
+	perPod := benchMetric(pods, "live-B/pod")
+	if len(perPod) == 0 {
+		return fmt.Errorf("no live-B/pod in %q", pods)
+	}
+	r.goal("Memory per watched Pod at 100k Pods (client_locality pod; in process: `go test -bench PodTable ./plugin/global/watch/`)", "≤ 150 B",
+		fmt.Sprintf("live %.0f bytes (median of %d)", quantile(perPod, .5), len(perPod)))
 	msAt := func(n string) string { return fmt.Sprintf("%.0f", quantile(at(n, "ns/op"), .5)/1e6) }
 	r.goal("Start-up work in process, 1k / 10k / 100k global services (lists to published index, median of 3)", "grows linearly",
 		fmt.Sprintf("%s / %s / %s ms", msAt("1000"), msAt("10000"), msAt("100000")))

@@ -58,7 +58,9 @@ func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *inde
 			Terminating: ptr.Deref(e.Conditions.Terminating, false),
 		}
 		if e.Zone != nil || e.NodeName != nil || e.TargetRef != nil {
-			ep.Local = &index.Placement{Zone: ptr.Deref(e.Zone, ""), NodeName: ptr.Deref(e.NodeName, "")}
+			// A cluster's zones and nodes are few, each the place of many endpoints: one copy.
+			zone, node := ptr.Deref(e.Zone, ""), ptr.Deref(e.NodeName, "")
+			ep.Local = &index.Placement{Zone: places.get(zone, zone), NodeName: places.get(node, node)}
 			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 				ep.Local.Pod = e.TargetRef.Name
 			}
@@ -79,6 +81,9 @@ func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *inde
 			continue
 		case ep.Host == "":
 			ep.Host = dashed(addr)
+		}
+		if ep.Local != nil && ep.Local.Pod == ep.Host {
+			ep.Local.Pod = ep.Host // a StatefulSet's pod is its hostname: one copy
 		}
 		out.Endpoints = append(out.Endpoints, ep)
 	}

@@ -34,6 +34,7 @@ func (i *interner[V]) get(key string, v V) V {
 
 var (
 	namespaces      = &interner[string]{max: 10000}
+	places          = &interner[string]{max: 100000} // zones and node names
 	portLists       = &interner[[]index.Port]{max: 10000}
 	annotationLists = &interner[*index.Annotations]{max: 10000}
 )

@@ -110,7 +110,9 @@ func scaleObjects(services int) map[[2]int][]any {
 				}
 				ep := discoveryv1.Endpoint{Addresses: []string{addr}, Hostname: ptr.To(fmt.Sprintf("%s-%d", global, e)), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
 				if cluster == "" {
-					ep.Zone, ep.NodeName = ptr.To("zone-a"), ptr.To("node-1")
+					// Spread over 3 zones and 300 nodes, as a big cluster's pods are.
+					n := (i*scaleEndpoints + e) % 300
+					ep.Zone, ep.NodeName = ptr.To(fmt.Sprintf("zone-%c", 'a'+n%3)), ptr.To(fmt.Sprintf("node-%d", n))
 					ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: *ep.Hostname}
 				} else {
 					pod := fmt.Sprintf("%s-%d-%s", global, e, cluster)
