@@ -29,41 +29,24 @@ type replica struct {
 }
 
 // explainReplica is the apex's explanation: this replica's state, then per member cluster its
-// tier and record counts.
+// tier, global services and record counts, as the index counted them when it published: no
+// record is read.
 func explainReplica(rep replica, snap *index.Snapshot) []string {
-	type counts struct{ tier, records, ready, notReady, terminating, gatewayDown int }
-	clusters := map[string]*counts{}
 	topo := rep.topology
+	clusters := snap.Clusters()
 	records := 0
-	for _, k := range snap.Keys() {
-		for r := range snap.Service(k).Records().All() {
-			c := clusters[r.Cluster]
-			if c == nil {
-				c = &counts{tier: int(r.Tier)}
-				clusters[r.Cluster] = c
-			}
-			records++
-			switch r.State() {
-			case index.StateReady:
-				c.ready++
-			case index.StateTerminating:
-				c.terminating++
-			case index.StateGatewayDown:
-				c.gatewayDown++
-			default:
-				c.notReady++
-			}
-		}
+	for _, c := range clusters {
+		records += c.Ready + c.NotReady + c.Terminating + c.GatewayDown
 	}
 	lines := []string{fmt.Sprintf("synced=%t services=%d records=%d serial=%d age=%d cluster=%s named-by=%s leader=%s leading=%t writer=%t version=%s",
 		rep.synced, snap.Len(), records, snap.Serial, age(snap.Published), topo.Local, topo.NamedBy(), rep.leader, rep.leading, rep.writer, rep.version)}
 	names := slices.SortedFunc(maps.Keys(clusters), func(a, b string) int {
-		return cmp.Or(cmp.Compare(clusters[a].tier, clusters[b].tier), cmp.Compare(a, b))
+		return cmp.Or(cmp.Compare(topo.Tier(a), topo.Tier(b)), cmp.Compare(a, b))
 	})
-	for _, c := range names {
-		n := clusters[c]
-		lines = append(lines, fmt.Sprintf("cluster=%s tier=%d why=%s locality=%s from=%s ready=%d not-ready=%d terminating=%d gateway-down=%d",
-			c, n.tier, topo.Why(c), topo.DescribeLocality(c), cmp.Or(topo.From(c), "nothing"), n.ready, n.notReady, n.terminating, n.gatewayDown))
+	for _, name := range names {
+		c := clusters[name]
+		lines = append(lines, fmt.Sprintf("cluster=%s tier=%d why=%s locality=%s from=%s services=%d ready=%d not-ready=%d terminating=%d gateway-down=%d",
+			name, topo.Tier(name), topo.Why(name), topo.DescribeLocality(name), cmp.Or(topo.From(name), "nothing"), c.Services, c.Ready, c.NotReady, c.Terminating, c.GatewayDown))
 	}
 	return lines
 }

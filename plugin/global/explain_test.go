@@ -91,9 +91,9 @@ func TestExplain(t *testing.T) {
 		{"db.global.", dns.RcodeSuccess, []string{"exists=true: an empty non-terminal: namespace db has global services that answer"}},
 		{"global.", dns.RcodeSuccess, []string{
 			"synced=true services=2 records=7 serial=_ age=_ cluster=east named-by=corefile leader=none leading=false writer=false version=_",
-			"cluster=east tier=0 why=local locality=region:r1,zone:z1 from=corefile ready=2 not-ready=2 terminating=0 gateway-down=0",
-			"cluster=west tier=1 why=zone:z1 locality=region:r1,zone:z1 from=corefile ready=2 not-ready=0 terminating=0 gateway-down=0",
-			"cluster=north tier=2 why=region:r1 locality=region:r1,zone:z2 from=corefile ready=1 not-ready=0 terminating=0 gateway-down=0",
+			"cluster=east tier=0 why=local locality=region:r1,zone:z1 from=corefile services=2 ready=2 not-ready=2 terminating=0 gateway-down=0",
+			"cluster=west tier=1 why=zone:z1 locality=region:r1,zone:z1 from=corefile services=1 ready=2 not-ready=0 terminating=0 gateway-down=0",
+			"cluster=north tier=2 why=region:r1 locality=region:r1,zone:z2 from=corefile services=1 ready=1 not-ready=0 terminating=0 gateway-down=0",
 		}},
 	}
 	for _, tc := range cases {

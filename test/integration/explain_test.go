@@ -106,9 +106,9 @@ func TestExplain(t *testing.T) {
 		// The short name is in two namespaces: NXDOMAIN, and both explained.
 		{"foo.global.", dns.RcodeNameError, []string{"name=foo ambiguous=true", "service=" + ns + "/foo records=4", "service=" + other + "/foo records=1"}},
 		// The apex: this replica.
-		{"global.", dns.RcodeSuccess, []string{"synced=true services=3 records=8", "cluster=east tier=0 why=local locality=region:us-east-1,zone:us-east-1a from=corefile ready=2 not-ready=1",
-			"cluster=west tier=2 why=region:us-east-1 locality=region:us-east-1,zone:us-east-1b from=corefile ready=4",
-			"cluster=north tier=3 why=none locality=region:eu-north-1,zone:eu-north-1a from=corefile ready=0 not-ready=0 terminating=0 gateway-down=1"}},
+		{"global.", dns.RcodeSuccess, []string{"synced=true services=3 records=8", "cluster=east tier=0 why=local locality=region:us-east-1,zone:us-east-1a from=corefile services=1 ready=2 not-ready=1",
+			"cluster=west tier=2 why=region:us-east-1 locality=region:us-east-1,zone:us-east-1b from=corefile services=3 ready=4",
+			"cluster=north tier=3 why=none locality=region:eu-north-1,zone:eu-north-1a from=corefile services=1 ready=0 not-ready=0 terminating=0 gateway-down=1"}},
 	} {
 		must(t, explains(t, c, tc.qname, tc.rcode, tc.want...))
 		// IN has the same rcode; IN TXT never carries the explanation (MongoDB reads IN TXT).

@@ -17,6 +17,26 @@ type health struct {
 type clusterCounts struct {
 	states      [len(states)]int // by Record.State, in the order of states
 	noPodMirror int              // mirror records without a per-pod mirror: readiness from the headless mirror alone
+	services    int              // global services with a member in the cluster
+}
+
+// ClusterRecords are a member cluster's counts in a snapshot: of global services it is a member
+// of, and of its records by state.
+type ClusterRecords struct {
+	Services                                  int
+	Ready, NotReady, Terminating, GatewayDown int
+}
+
+// snapshot returns the counts of every cluster with a member, for a Snapshot: a copy.
+func (h *health) snapshot() map[string]ClusterRecords {
+	out := make(map[string]ClusterRecords, len(h.counts))
+	for cluster, c := range h.counts {
+		if c.services > 0 {
+			out[cluster] = ClusterRecords{Services: c.services, Ready: c.states[stateReady], NotReady: c.states[stateNotReady],
+				Terminating: c.states[stateTerminating], GatewayDown: c.states[stateGatewayDown]}
+		}
+	}
+	return out
 }
 
 func newHealth() health {
@@ -27,6 +47,11 @@ func newHealth() health {
 // service has them counted already; a small one's records of a cluster are mostly adjacent: the
 // map is asked once per run of them, not once per record.
 func (h *health) add(svc *Service, sign int) {
+	if svc != nil {
+		for i := range svc.Members {
+			h.of(svc.clusterName(i)).services += sign
+		}
+	}
 	switch {
 	case svc == nil:
 	case svc.inc != nil:
@@ -87,7 +112,7 @@ func (h *health) report(topo *Topology) {
 				"label its Linkerd Link with %s and %s, or give it a `locality` line")
 		}
 		if total == 0 { // unlinked, or its services went: nothing to be down or back
-			h.forget(cluster)
+			h.forget(cluster, c.services == 0)
 			continue
 		}
 		if last, ok := h.reported[cluster]; ok && last == *c {
@@ -131,9 +156,12 @@ func (h *health) warnNowhere(cluster string, nowhere bool, format string) {
 	h.nowhere[cluster] = nowhere
 }
 
-// forget drops a cluster that has no record left, and its gauges.
-func (h *health) forget(cluster string) {
-	delete(h.counts, cluster)
+// forget drops the gauges of a cluster that has no record left, and its counts when counts: when
+// it is a member of no global service either.
+func (h *health) forget(cluster string, counts bool) {
+	if counts { // else it is still a member, of records
+		delete(h.counts, cluster)
+	}
 	delete(h.reported, cluster)
 	delete(h.down, cluster)
 	delete(h.nowhere, cluster)

@@ -28,7 +28,12 @@ type Snapshot struct {
 	Serial uint32
 	// Published is when the snapshot replaced the previous one.
 	Published time.Time
+	clusters  map[string]ClusterRecords // member clusters' counts, as published
 }
+
+// Clusters returns the counts of each member cluster of the snapshot's global services. Shared:
+// do not change.
+func (s *Snapshot) Clusters() map[string]ClusterRecords { return s.clusters }
 
 // node is a branch, whose kids are by the next 4 bits of a name's hash (nil: no name there), or
 // a leaf of names (kids nil).
@@ -329,6 +334,7 @@ func (ix *Index) publishDirty(dirty map[Key]time.Time) {
 		next.set(old, k, prev, svc)
 		ix.account(prev, svc)
 	}
+	next.clusters = ix.records.snapshot()
 	ix.snap.Store(next)
 	ix.records.report(topo)
 
