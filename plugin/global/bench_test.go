@@ -52,6 +52,8 @@ func BenchmarkServeDNS(b *testing.B) {
 	z.rotate = true
 	b.Run("client", func(b *testing.B) { benchServe(b, z, "zz.db.global.", dns.TypeA, "10.1.0.1") })
 	b.Run("zonal", func(b *testing.B) { benchServe(b, z, "za.pin._zone.zz.db.global.", dns.TypeA, "") })
+	// SRV of a service of 10,010 endpoints, over UDP as srv: what a reply holds is made, no more.
+	b.Run("srv-10000", func(b *testing.B) { benchServe(b, bigGlobal(b), "_db._tcp.big.db.global.", dns.TypeSRV, "") })
 }
 
 // benchServe measures g answering qname from address from ("": the test writer's).

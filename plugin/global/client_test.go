@@ -210,7 +210,7 @@ func TestExplainClient(t *testing.T) {
 	m := new(dns.Msg)
 	m.SetQuestion("zz.db.near.global.", dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
-	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.1.0.1"})
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.1.0.1", TCP: true}) // all of it
 	g.ServeDNS(context.Background(), rec, m)
 	want := []string{
 		"service=db/zz records=1 left-out=6 synced=true serial=_ age=_ policy=nearest from=zone client=node:n1,zone:za,region:r1 client-from=node",
@@ -230,7 +230,7 @@ func TestExplainClient(t *testing.T) {
 	if got := txts(t, rec.Msg); !slices.Equal(got, want) {
 		t.Errorf("explanation:\n got %q\nwant %q", got, want)
 	}
-	rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.7.7.7"})
+	rec = dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: "10.7.7.7", TCP: true})
 	g.ServeDNS(context.Background(), rec, m)
 	if got := txts(t, rec.Msg); !strings.HasSuffix(got[0], " client=unknown") {
 		t.Errorf("unknown client: %q", got[0])

@@ -51,8 +51,9 @@ func explainReplica(rep replica, snap *index.Snapshot) []string {
 	return lines
 }
 
-// explainSelection is the explanation of a name below the apex, from its selection.
-func explainSelection(s *selection) []string {
+// explainSelection is the explanation of a name below the apex, from its selection, no longer
+// than a reply of size bytes can hold.
+func explainSelection(s *selection, size int) []string {
 	n := s.name
 	switch {
 	case s.ambiguous():
@@ -74,7 +75,7 @@ func explainSelection(s *selection) []string {
 	case s.svc == nil:
 		return []string{fmt.Sprintf("exists=true: an empty non-terminal: namespace %s has global services that answer", n.svc)}
 	}
-	return explainService(s)
+	return explainService(s, size)
 }
 
 // explainAmbiguous explains a short name that several namespaces have: each candidate's summary.
@@ -82,7 +83,7 @@ func explainAmbiguous(s *selection) []string {
 	lines := []string{fmt.Sprintf("name=%s ambiguous=true namespaces=%s: ask for %s.<namespace>, or list one in prefer_namespaces",
 		s.name.svc, strings.Join(s.namespaces(), ","), s.name.svc)}
 	for i := range s.candidates {
-		lines = append(lines, explainService(&s.candidates[i])[0])
+		lines = append(lines, explainService(&s.candidates[i], 0)[0])
 	}
 	return lines
 }
@@ -90,17 +91,12 @@ func explainAmbiguous(s *selection) []string {
 // explainService is the explanation of a name of a global service, the summary first: each record
 // in the name's scope, answered or why not, in the answer's order (ready first, IPv4 first, then
 // by tier: the client's, when the answer is ranked from it).
-func explainService(s *selection) []string {
+func explainService(s *selection, size int) []string {
 	n, svc := s.name, s.svc
 	topo := svc.Topology()
-	member := map[string]string{}
-	for _, m := range svc.Members {
-		member[topo.ClusterOf(m)] = m.Namespace + "/" + m.Name
-	}
 	type line struct {
 		r    *index.Record
 		tier uint8
-		text string
 	}
 	var lines []line
 	answered, leftOut := 0, 0
@@ -108,18 +104,12 @@ func explainService(s *selection) []string {
 		if !n.scopes(r) {
 			continue
 		}
-		state, more := recordState(s, r)
 		if s.answers(r) {
 			answered++
 		} else {
 			leftOut++
 		}
-		tier, why := r.Tier, topo.Why(r.Cluster)
-		if s.client != nil {
-			tier, why = s.tier(r), topo.ClientWhy(r, s.client)
-		}
-		lines = append(lines, line{r, tier, fmt.Sprintf("addr=%s host=%s cluster=%s tier=%d why=%s member=%s state=%s%s",
-			r.Addr(), r.Host, r.Cluster, tier, why, member[r.Cluster], state, more)})
+		lines = append(lines, line{r, s.tier(r)})
 	}
 	slices.SortStableFunc(lines, func(a, b line) int {
 		return cmp.Or(cmp.Compare(notReady(a.r), notReady(b.r)), cmp.Compare(a.r.Family(), b.r.Family()), cmp.Compare(a.tier, b.tier))
@@ -132,8 +122,29 @@ func explainService(s *selection) []string {
 		summary += " exists=false: no ready record here"
 	}
 	out := append([]string{summary}, explainTiers(s)...)
+	member := map[string]string{}
+	for _, m := range svc.Members {
+		member[topo.ClusterOf(m)] = m.Namespace + "/" + m.Name
+	}
+	// Lines past what a reply of size bytes holds are not made (the server truncates the reply
+	// and says so): a TXT record takes at least its text and 13 bytes.
+	least := 0
+	for _, l := range out {
+		least += len(l) + 13
+	}
 	for _, l := range lines {
-		out = append(out, l.text)
+		if least > size {
+			break
+		}
+		r := l.r
+		state, more := recordState(s, r)
+		why := topo.Why(r.Cluster)
+		if s.client != nil {
+			why = topo.ClientWhy(r, s.client)
+		}
+		text := fmt.Sprintf("addr=%s host=%s cluster=%s tier=%d why=%s member=%s state=%s%s",
+			r.Addr(), r.Host, r.Cluster, l.tier, why, member[r.Cluster], state, more)
+		out, least = append(out, text), least+len(text)+13
 	}
 	return out
 }

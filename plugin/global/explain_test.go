@@ -20,7 +20,7 @@ func chaos(t *testing.T, g *Global, qname string, class uint16) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion(qname, dns.TypeTXT)
 	m.Question[0].Qclass = class
-	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: true}) // over TCP: all of it, as dig +tcp asks
 	if _, err := g.ServeDNS(context.Background(), rec, m); err != nil || rec.Msg == nil {
 		t.Fatalf("%s: %v %v", qname, err, rec.Msg)
 	}

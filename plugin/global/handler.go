@@ -58,7 +58,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		// Never NXDOMAIN before the first sync: the name may well exist.
 		g.unsynced(r, m)
 	default:
-		s := g.selectName(snap, zone, n, state.QType(), q)
+		s := g.selectName(snap, zone, n, state.QType(), q, state.Size())
 		final = s.ambiguous()
 		g.answer(state, m, &s)
 	}
@@ -133,11 +133,11 @@ func (g *Global) answer(state request.Request, m *dns.Msg, s *selection) {
 	case s.view.Empty(), n.form == formProto: // empty non-terminals: NODATA
 	case n.form == formSRV && qtype != dns.TypeSRV: // NODATA
 	case qtype == dns.TypeA:
-		m.Answer = g.addrs(owner, counted(s.a))
+		m.Answer = g.addrs(owner, counted(s.a), state.Size())
 	case qtype == dns.TypeAAAA:
-		m.Answer = g.addrs(owner, counted(s.aaaa))
+		m.Answer = g.addrs(owner, counted(s.aaaa), state.Size())
 	case qtype == dns.TypeSRV:
-		m.Answer, m.Extra = g.srv(owner, s.scheme.serviceDomain(s.svc.Key, s.zone), s.srv, n)
+		m.Answer, m.Extra = g.srv(owner, s.scheme.serviceDomain(s.svc.Key, s.zone), s.srv, n, state.Size())
 		if len(m.Answer) > 0 { // targets come in tier order; Priority is the tier
 			telemetry.Answered(uint8(m.Answer[0].(*dns.SRV).Priority))
 		}
@@ -148,7 +148,7 @@ func (g *Global) answer(state request.Request, m *dns.Msg, s *selection) {
 		} else {
 			counted(s.a)
 		}
-		m.Answer = append(g.addrs(owner, s.a), g.addrs(owner, s.aaaa)...)
+		m.Answer = append(g.addrs(owner, s.a, state.Size()), g.addrs(owner, s.aaaa, state.Size())...)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, s.snap, dns.ClassINET)}
@@ -208,14 +208,14 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 		m.Rcode = dns.RcodeServerFailure
 		lines = []string{"synced=false: waiting for the Kubernetes API; IN answers SERVFAIL until then"}
 	default:
-		s := g.selectName(snap, state.Zone, n, dns.TypeTXT, q)
+		s := g.selectName(snap, state.Zone, n, dns.TypeTXT, q, 0)
 		switch ambiguous = s.ambiguous(); {
 		case ambiguous:
 			g.answerAmbiguous(state, m, &s)
 		case !s.exists:
 			m.Rcode = dns.RcodeNameError
 		}
-		lines = explainSelection(&s)
+		lines = explainSelection(&s, state.Size())
 	}
 	if q := state.QType(); q == dns.TypeTXT || q == dns.TypeANY {
 		for _, l := range lines {

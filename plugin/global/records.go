@@ -40,29 +40,38 @@ func (mk *recordMaker) soa(zone string, snap *index.Snapshot, class uint16) *dns
 
 // addrs returns one A or AAAA record per record, in the index's (tier) order, each tier rotated
 // by a random offset unless rotation is off: naive clients dial the first address, and the
-// loadbalance plugin would shuffle the tiers away.
-func (mk *recordMaker) addrs(owner string, rs []index.Record) []dns.RR {
+// loadbalance plugin would shuffle the tiers away. It makes no more than a reply of size bytes can
+// hold and one (the server truncates the reply to fit, and says so): the work of an answer is
+// bounded by the client's buffer, whatever the service's size.
+func (mk *recordMaker) addrs(owner string, rs []index.Record, size int) []dns.RR {
 	if len(rs) == 0 {
 		return nil
 	}
-	out := make([]dns.RR, len(rs))
+	out := make([]dns.RR, min(len(rs), size/minAddrRR+1))
 	off := 0
 	if mk.rotate && len(rs) > 1 {
 		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
 	}
 	var recs records
-	for i := 0; i < len(rs); {
+	for i := 0; i < len(out); {
 		j := i + 1
 		for j < len(rs) && rs[j].Tier == rs[i].Tier {
 			j++
 		}
-		for k, n := 0, j-i; k < n; k++ {
-			out[i+k] = recs.next(mk, owner, rs[i+(k+off)%n].Addr(), len(rs)-i-k)
+		for k, n := 0, j-i; k < n && i+k < len(out); k++ {
+			out[i+k] = recs.next(mk, owner, rs[i+(k+off)%n].Addr(), len(out)-i-k)
 		}
 		i = j
 	}
 	return out
 }
+
+// The least bytes a record takes in a reply, its owner name compressed to a pointer: 2 for it, 10
+// for type, class, TTL and length, then the data. A reply of size bytes holds at most size/min.
+const (
+	minAddrRR = 2 + 10 + 4 // an A record (an AAAA record's 28 bytes are more)
+	minSRVRR  = 2 + 10 + 6 // an SRV record, but its target: <host>.<cluster> then a pointer
+)
 
 // records hands out A and AAAA records, each with its address bytes, from one allocation per
 // family and answer instead of two per record.
@@ -114,10 +123,11 @@ func (mk *recordMaker) addr(owner string, a netip.Addr) dns.RR {
 // per port of it that name n asks for, and the targets' addresses as glue; domain is the service's
 // name, where the targets' names end. Priority is the tier; targets of one tier share the weight
 // equally. A first pass sizes everything, so the answer takes a handful of allocations, not a few
-// per target: the records, the glue, and the target names cut from one string.
-func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n name) (answer, extra []dns.RR) {
+// per target: the records, the glue, and the target names cut from one string. Targets past what
+// a reply of size bytes can hold are not made (the server truncates the reply and says so).
+func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n name, replySize int) (answer, extra []dns.RR) {
 	var buf [8]srvTarget // the usual few targets, on the stack
-	targets, size := srvTargets(buf[:0], kept, n, domain)
+	targets, size := srvTargets(buf[:0], kept, n, domain, replySize)
 	if size.srvs == 0 {
 		return nil, nil
 	}
@@ -129,7 +139,7 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n na
 	weight := uint16(0)
 	for i, t := range targets {
 		if i == 0 || t.Tier != targets[i-1].Tier {
-			weight = tierWeight(targets[i:])
+			weight = tierWeight(targets[i:], size.lastTier)
 		}
 		target := names[:t.nameLen]
 		names = names[t.nameLen:]
@@ -158,17 +168,18 @@ type srvTarget struct {
 }
 
 // srvSize is what an SRV answer holds: SRV records, glue of each family, and the bytes of its
-// target names.
-type srvSize struct{ srvs, v4, v6, names int }
+// target names; and the SRV records of its last tier, those of targets not made included.
+type srvSize struct{ srvs, v4, v6, names, lastTier int }
 
 // srvTargets appends to targets those of kept with a port n asks for, merged from both families
-// once, and returns what the answer made of them holds.
-func srvTargets(targets []srvTarget, kept index.View, n name, domain [5]string) ([]srvTarget, srvSize) {
+// once, until they fill a reply of size bytes, and returns what the answer made of them holds.
+func srvTargets(targets []srvTarget, kept index.View, n name, domain [5]string, replySize int) ([]srvTarget, srvSize) {
 	domainLen := 0
 	for _, s := range domain {
 		domainLen += len(s)
 	}
 	var size srvSize
+	least := 0 // the least bytes the targets so far take
 	for t := range kept.Targets() {
 		ports := 0
 		for _, p := range t.Ports {
@@ -176,10 +187,21 @@ func srvTargets(targets []srvTarget, kept index.View, n name, domain [5]string) 
 				ports++
 			}
 		}
-		if ports > 0 {
+		switch {
+		case ports == 0:
+		case least > replySize && t.Tier != targets[len(targets)-1].Tier:
+			return targets, size // full, and the last tier counted whole
+		case least > replySize:
+			size.lastTier += ports // not made, but its tier's weights count it
+		default:
+			if len(targets) > 0 && t.Tier != targets[len(targets)-1].Tier {
+				size.lastTier = 0
+			}
 			l := len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
 			targets = append(targets, srvTarget{t, ports, l})
 			size.srvs, size.v4, size.v6, size.names = size.srvs+ports, size.v4+len(t.A), size.v6+len(t.AAAA), size.names+l
+			size.lastTier += ports
+			least += ports*(minSRVRR+len(t.Host)+len(t.Cluster)+4) + len(t.A)*minAddrRR + len(t.AAAA)*(minAddrRR+12)
 		}
 	}
 	return targets, size
@@ -202,14 +224,18 @@ func targetNames(targets []srvTarget, domain [5]string, size int) string {
 }
 
 // tierWeight is the weight of each SRV record of the tier of targets[0]: the tier's records are
-// its and the next ones' (targets come in tier order), and share 100 equally.
-func tierWeight(targets []srvTarget) uint16 {
+// its and the next ones' (targets come in tier order), and share 100 equally. The last tier made
+// has last records, some of targets not made.
+func tierWeight(targets []srvTarget, last int) uint16 {
 	inTier := 0
 	for _, u := range targets {
 		if u.Tier != targets[0].Tier {
 			break
 		}
 		inTier += u.srvs
+	}
+	if targets[len(targets)-1].Tier == targets[0].Tier {
+		inTier = last
 	}
 	return uint16(max(1, 100/inTier))
 }

@@ -1,11 +1,10 @@
 package global
 
 import (
+	"math"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
-
-	"github.com/miekg/dns"
 )
 
 // selection is what a query name selects from one snapshot, computed once (selector.go) and
@@ -108,39 +107,6 @@ func keeps(a, aaaa []index.Record, f index.Family, t uint8) bool {
 	return len(kept) > 0 && t <= kept[len(kept)-1].Tier
 }
 
-// reshape makes the view of a zonal name or a client-ranked answer: the records of the name's
-// topology zone (a prefer name's, when it has some), ranked from the client, for the families a
-// question of qtype answers.
-func (s *selection) reshape(qtype uint16) {
-	topo := s.svc.Topology()
-	var keep func(*index.Record) bool
-	if s.name.zonal != zonalNone {
-		s.zoned = s.name.zonal == zonalPin || s.zoneAnswers()
-		if s.zoned {
-			keep = s.inZone
-		}
-	}
-	if qtype != dns.TypeAAAA {
-		s.view.A = topo.Ranked(s.view.A, s.client, keep)
-	}
-	if qtype != dns.TypeA {
-		s.view.AAAA = topo.Ranked(s.view.AAAA, s.client, keep)
-	}
-}
-
-// zoneAnswers reports whether the name's topology zone holds a record of the view the name
-// matches: a prefer name then answers them, else all.
-func (s *selection) zoneAnswers() bool {
-	for _, rs := range [2][]index.Record{s.view.A, s.view.AAAA} {
-		for i := range rs {
-			if s.name.matches(&rs[i]) && s.inZone(&rs[i]) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // answersTier reports whether the answer to the name holds records of tier t.
 func (s *selection) answersTier(t uint8) bool {
 	kept := [2][]index.Record{s.a, s.aaaa}
@@ -156,6 +122,31 @@ func (s *selection) answersTier(t uint8) bool {
 	}
 	return false
 }
+
+// reshape makes the view of a zonal name or a client-ranked answer: the records of the name's
+// topology zone (a prefer name's, when it has some), ranked from the client, no more than limit
+// of each family.
+func (s *selection) reshape(limit int) {
+	n := s.name
+	var keep func(*index.Record) bool
+	if n.zonal != zonalNone {
+		s.zoned = n.zonal == zonalPin || !s.svc.Select(n.cluster, n.host, s.inZoneAndMatches, 1).Empty()
+		if s.zoned {
+			keep = s.inZone
+		}
+	}
+	if s.client == nil {
+		s.view = s.svc.Select(n.cluster, n.host, keep, limit)
+		return
+	}
+	// Every record of the scope: any may be the client's nearest.
+	all := s.svc.Select(n.cluster, n.host, keep, math.MaxInt)
+	topo := s.svc.Topology()
+	s.view = index.View{A: topo.Ranked(all.A, s.client, limit), AAAA: topo.Ranked(all.AAAA, s.client, limit)}
+}
+
+// inZoneAndMatches reports whether record r is in the name's topology zone with a port it asks for.
+func (s *selection) inZoneAndMatches(r *index.Record) bool { return s.name.matches(r) && s.inZone(r) }
 
 // querier is who asks, when the answer is ranked from the client: where it runs, and how that
 // was learned (client_locality's source: ecs, node or pod). A nil client is the cluster's view:

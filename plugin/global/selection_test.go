@@ -147,7 +147,7 @@ func askCH(t *testing.T, g *Global, from, qname string) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetQuestion(qname, dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
-	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from})
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from, TCP: true}) // all of it
 	if _, err := g.ServeDNS(context.Background(), rec, m); err != nil || rec.Msg == nil {
 		t.Fatalf("%s: %v %v", qname, err, rec.Msg)
 	}

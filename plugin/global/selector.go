@@ -1,6 +1,7 @@
 package global
 
 import (
+	"math"
 	"slices"
 	"sort"
 
@@ -20,28 +21,28 @@ type selector struct {
 func (c *selector) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
 
 // selectName computes what name n, parsed under zone, selects from snap for a question of qtype
-// (dns.TypeTXT in class CH, an explanation: every answer's records) asked by q: everything an
-// answer or an explanation of it says.
-func (c *selector) selectName(snap *index.Snapshot, zone string, n name, qtype uint16, q querier) selection {
+// (dns.TypeTXT in class CH, an explanation: every answer's records) asked by q, whose reply holds
+// size bytes (0: no bound): everything an answer or an explanation of it says.
+func (c *selector) selectName(snap *index.Snapshot, zone string, n name, qtype uint16, q querier, size int) selection {
 	s := selection{name: n, zone: zone, scheme: c.scheme(zone), snap: snap, querier: q}
 	if n.svc != "" {
 		s.svc, s.candidates = c.service(snap, zone, n)
 	}
-	c.choose(&s, qtype)
+	c.choose(&s, qtype, size)
 	return s
 }
 
 // choose sets what s's service answers for its name and qtype: the view, the policy and the
 // records kept, and whether the name exists.
-func (c *selector) choose(s *selection, qtype uint16) {
+func (c *selector) choose(s *selection, qtype uint16, size int) {
 	n := s.name
 	if s.svc != nil {
-		s.view = viewOf(s.svc, n)
+		s.view = s.svc.Select(n.cluster, n.host, portFilter(s, size), recordLimit(size))
 	}
 	// A zonal name exists where its service's name does.
 	s.exists = exists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
 	if s.svc != nil && (n.zonal != zonalNone || s.client != nil) {
-		s.reshape(qtype)
+		s.reshape(recordLimit(size))
 	}
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
 	s.policy, s.from = c.policyOf(s.zone, s.svc)
@@ -51,6 +52,27 @@ func (c *selector) choose(s *selection, qtype uint16) {
 	if qtype != dns.TypeA && qtype != dns.TypeAAAA {
 		s.srv = keepTargets(s.policy, s.view, n)
 	}
+}
+
+// portFilter is what the view of an SRV name keeps when its service holds more records than an
+// answer of size bytes can: those with a port the name asks for, else the few read could all be
+// records without one. Otherwise nothing is filtered: answers skip such records as they go.
+func portFilter(s *selection, size int) func(*index.Record) bool {
+	if (s.name.form != formSRV && s.name.form != formProto) || s.svc.Records().Len() < recordLimit(size) {
+		return nil
+	}
+	return s.name.matches
+}
+
+// recordLimit is the most records of one family an answer of size bytes can hold, and one (the
+// server truncates a reply that does not fit, and says so): no more are read. At least 100: a
+// tier's SRV records share a weight of 100, 1 each from 100 on, so that 100 read tell the weight
+// of any tier. Without a bound (an explanation), all.
+func recordLimit(size int) int {
+	if size == 0 {
+		return math.MaxInt
+	}
+	return max(size/minAddrRR+1, 100)
 }
 
 // service finds the global service a name of one refers to: nil when there is none. A short name
@@ -73,7 +95,7 @@ func (c *selector) service(snap *index.Snapshot, zone string, n name) (*index.Se
 	candidates := make([]selection, len(named))
 	for i, svc := range named {
 		candidates[i] = selection{name: name{form: formService, svc: n.svc, ns: svc.Namespace}, zone: zone, scheme: c.scheme(zone), snap: snap, svc: svc}
-		c.choose(&candidates[i], dns.TypeTXT)
+		c.choose(&candidates[i], dns.TypeTXT, 0)
 	}
 	return nil, candidates
 }
@@ -88,20 +110,6 @@ func preferred(order []string, candidates []*index.Service) *index.Service {
 		}
 	}
 	return nil
-}
-
-// viewOf is the view of svc that n names: one pod's, one cluster's or the whole service's.
-func viewOf(svc *index.Service, n name) index.View {
-	var view index.View
-	switch {
-	case n.host != "":
-		view, _ = svc.Host(n.cluster, n.host)
-	case n.cluster != "":
-		view, _ = svc.Cluster(n.cluster)
-	default:
-		view = svc.All()
-	}
-	return view
 }
 
 // policyOf returns the policy of answers for svc (nil: none) in zone, and who set it: the zone's,

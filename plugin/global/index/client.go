@@ -101,34 +101,25 @@ func (t *Topology) shares(r *Record, c *Client, k string) bool {
 	return v != "" && t.Locality[r.Cluster][k] == v
 }
 
-// Ranked returns the records of rs that keep admits (all, for nil), each with its tier as seen
-// from client c (when not nil), in answer order: by tier, then cluster, host and address, as the
-// index orders its own. One allocation: the copy.
-func (t *Topology) Ranked(rs []Record, c *Client, keep func(*Record) bool) []Record {
-	out := make([]Record, 0, len(rs))
+// Ranked returns a copy of rs, each record with its tier as seen from client c, in answer order:
+// by tier, then cluster, host and address, as the index orders its own; no more than limit.
+func (t *Topology) Ranked(rs []Record, c *Client, limit int) []Record {
+	out := slices.Clone(rs)
 	// A linked cluster's records share their tier: it is looked up once per run of them.
 	cluster, tier := "", uint8(0)
-	for i := range rs {
-		if keep != nil && !keep(&rs[i]) {
-			continue
-		}
-		out = append(out, rs[i])
-		if r := &out[len(out)-1]; c != nil {
-			switch {
-			case r.Cluster == t.Local:
-				r.Tier = t.ClientTier(r, c)
-			case r.Cluster != cluster:
-				cluster, tier = r.Cluster, t.ClientTier(r, c)
-				fallthrough
-			default:
-				r.Tier = tier
-			}
+	for i := range out {
+		switch r := &out[i]; {
+		case r.Cluster == t.Local:
+			r.Tier = t.ClientTier(r, c)
+		case r.Cluster != cluster:
+			cluster, tier = r.Cluster, t.ClientTier(r, c)
+			fallthrough
+		default:
+			r.Tier = tier
 		}
 	}
-	if c != nil {
-		slices.SortFunc(out, func(a, b Record) int {
-			return cmp.Or(cmp.Compare(a.Tier, b.Tier), strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Host, b.Host), a.Addr().Compare(b.Addr()))
-		})
-	}
-	return out
+	slices.SortFunc(out, func(a, b Record) int {
+		return cmp.Or(cmp.Compare(a.Tier, b.Tier), strings.Compare(a.Cluster, b.Cluster), strings.Compare(a.Host, b.Host), a.Addr().Compare(b.Addr()))
+	})
+	return out[:min(limit, len(out)):min(limit, len(out))]
 }

@@ -94,6 +94,45 @@ func (s *Service) clusterIndex(name string) int {
 	return -1
 }
 
+// Select returns the ready records of one scope of s (cluster "": every member's; host "": the
+// cluster's, else one endpoint's), those keep admits (nil: all), no more than limit of each
+// family: what an answer is made of, read without copying the rest of a big service. The records
+// are copied only when keep is given or they span parts.
+func (s *Service) Select(cluster, host string, keep func(*Record) bool, limit int) View {
+	switch {
+	case host != "":
+		v, _ := s.Host(cluster, host)
+		return View{A: pick(RecordsOf(v.A), keep, limit), AAAA: pick(RecordsOf(v.AAAA), keep, limit)}
+	case cluster != "":
+		c := s.cluster(cluster)
+		if c == nil {
+			return View{}
+		}
+		rs := s.Records()
+		return View{A: pick(rs.Slice(int(c.a[0]), int(c.a[1])), keep, limit), AAAA: pick(rs.Slice(int(c.aaaa[0]), int(c.aaaa[1])), keep, limit)}
+	}
+	rs := s.Records()
+	return View{A: pick(rs.Slice(0, int(s.v4)), keep, limit), AAAA: pick(rs.Slice(int(s.v4), int(s.ready)), keep, limit)}
+}
+
+// pick returns the first limit records of rs that keep admits (nil: all).
+func pick(rs Records, keep func(*Record) bool, limit int) []Record {
+	if keep == nil {
+		return rs.Slice(0, min(limit, rs.Len())).Flat()
+	}
+	var out []Record
+	for p := range rs.Parts() {
+		for i := range p {
+			if keep(&p[i]) {
+				if out = append(out, p[i]); len(out) == limit {
+					return out
+				}
+			}
+		}
+	}
+	return out
+}
+
 // Host returns the ready records of one endpoint; ok is false when it has none. They are in
 // one part of a big service: found without a copy.
 func (s *Service) Host(cluster, host string) (View, bool) {

@@ -1,0 +1,92 @@
+package global
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/index/indextest"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
+	"github.com/miekg/dns"
+)
+
+var big = index.Key{Namespace: "db", Name: "big"}
+
+// bigGlobal is the plugin over db/big: 10,000 local endpoints and 10 in west, slices of 100.
+func bigGlobal(t testing.TB) *Global {
+	t.Helper()
+	src := indextest.New()
+	var sls []*index.Slice
+	for s := range 100 {
+		var eps []index.Endpoint
+		for e := s * 100; e < (s+1)*100; e++ {
+			eps = append(eps, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)))
+		}
+		sls = append(sls, indextest.Slice(dbPort, eps...))
+	}
+	src.Add(big, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: dbPort}}, sls...)
+	var west []index.Endpoint
+	for e := range 10 {
+		west = append(west, indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.96.9.%d", e)))
+	}
+	src.Add(big, &index.Member{Namespace: "db", Name: "big-west", Origin: index.Origin{Cluster: "west", Ports: dbPort}}, indextest.Slice(dbPort, west...))
+	g := newGlobal(t, src, big)
+	g.explain = true
+	return g
+}
+
+// An answer of a service of 10,000 endpoints makes no more records than the reply can hold: over
+// UDP a few dozen, which the server's scrub (CoreDNS's ScrubWriter, applied here as it does)
+// truncates to the longest prefix of the whole answer that fits, with TC set; over TCP all that
+// 64 KiB can hold. The same for the explanation.
+func TestAnswersBoundedByTheReply(t *testing.T) {
+	g := bigGlobal(t)
+	g.rotate = false // prefixes compare
+	ask := func(qname string, qtype, class uint16, tcp bool, bufsize uint16) (made, sent *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetQuestion(qname, qtype)
+		m.Question[0].Qclass = class
+		if bufsize > 0 {
+			m.SetEdns0(bufsize, false)
+		}
+		w := &test.ResponseWriter{TCP: tcp}
+		rec := dnstest.NewRecorder(w)
+		if _, err := g.ServeDNS(context.Background(), rec, m); err != nil {
+			t.Fatal(err)
+		}
+		sent = rec.Msg.Copy()
+		state := request.Request{W: w, Req: m}
+		state.SizeAndDo(sent)
+		state.Scrub(sent)
+		return rec.Msg, sent
+	}
+	for _, q := range []struct {
+		qname        string
+		qtype, class uint16
+		bound        int // the most records an answer over UDP may make
+	}{
+		{"big.db.global.", dns.TypeA, dns.ClassINET, 1232/minAddrRR + 1},
+		{"big.db.global.", dns.TypeSRV, dns.ClassINET, 60},
+		{"_db._tcp.big.db.global.", dns.TypeSRV, dns.ClassINET, 60},
+		{"big.db.global.", dns.TypeTXT, dns.ClassCHAOS, 20},
+	} {
+		_, whole := ask(q.qname, q.qtype, q.class, true, 0)
+		for _, size := range []uint16{0, 1232} {
+			made, sent := ask(q.qname, q.qtype, q.class, false, size)
+			if n := len(made.Answer) + len(made.Extra); n > q.bound {
+				t.Errorf("%s %s at %d bytes: made %d records, more than %d", q.qname, dns.TypeToString[q.qtype], size, n, q.bound)
+			}
+			if !sent.Truncated || len(sent.Answer) == 0 || !slices.Equal(rrs(sent.Answer), rrs(whole.Answer[:len(sent.Answer)])) {
+				t.Errorf("%s %s at %d bytes: TC %v, %d records, not a prefix of the answer over TCP", q.qname, dns.TypeToString[q.qtype], size, sent.Truncated, len(sent.Answer))
+			}
+		}
+		if whole.Len() > dns.MaxMsgSize || len(whole.Answer) < 100 {
+			t.Errorf("%s %s over TCP: %d records in %d bytes", q.qname, dns.TypeToString[q.qtype], len(whole.Answer), whole.Len())
+		}
+	}
+}
