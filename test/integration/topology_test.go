@@ -10,6 +10,7 @@ import (
 	"github.com/globaldns/global/test/harness"
 
 	"github.com/miekg/dns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -102,4 +103,72 @@ func TestTopologyFromTheCluster(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// linkedCorefile is bareCorefile naming this cluster, with metrics.
+const linkedCorefile = `global:{{.Port}} {
+    bind 127.0.0.1
+    prometheus {{.Metrics}}
+    global {
+        kubeconfig {{.Kubeconfig}}
+        endpointslices off
+        rotate off
+        cluster east
+    }
+}
+`
+
+// TestOnlyLinkedClustersMirror: where Linkerd's Link CRD is served, a Service is a mirror of a
+// cluster only while a Link names that cluster (Links live in Linkerd's namespace, an admin's):
+// anyone who may create a Service cannot add members by labelling it as a mirror. Of two
+// Services claiming one cluster, the one Linkerd names (<svc>-<cluster>) wins, whatever sorts
+// first. On a control plane of its own: the CRD changes every mirror's fate.
+func TestOnlyLinkedClustersMirror(t *testing.T) {
+	ctx := context.Background()
+	own := harness.Start(t)
+	c := own.Client
+	dyn, err := dynamic.NewForConfig(own.Config)
+	must(t, err)
+	const ns, linkNS = "db", "linkerd-multicluster"
+	for _, n := range []string{ns, linkNS} {
+		must(t, harness.EnsureNamespace(ctx, c, n))
+	}
+	localFooIn(t, c, ns)
+	must(t, own.InstallTopologyCRDs(ctx))
+	must(t, harness.ApplyLink(ctx, dyn, linkNS, "west", nil))
+	west, err := harness.CreateMirror(ctx, c, mirror(ns, "west", true))
+	must(t, err)
+	evil, err := harness.CreateMirror(ctx, c, mirror(ns, "evil", true))
+	must(t, err)
+	// foo-a: a Service anyone could make in the namespace, labelled as west's mirror of foo, which
+	// sorts before Linkerd's foo-west.
+	_, err = harness.CreateMirror(ctx, c, mirror(ns, "a", true))
+	must(t, err)
+	svc, err := c.CoreV1().Services(ns).Get(ctx, "foo-a", metav1.GetOptions{})
+	must(t, err)
+	svc.Labels[harness.LabelClusterName] = "west"
+	_, err = c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+	must(t, err)
+
+	d := harness.StartCoreDNS(t, own, linkedCorefile)
+	fooNS := "foo." + ns + ".global."
+	local := []string{"A 10.244.1.10", "A 10.244.2.11"}
+	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+west.ClusterIPs["foo-0"])...)
+	eventually(t, "the skipped mirrors counted", func() error {
+		for _, reason := range []string{"unlinked_cluster", "duplicate_mirror"} {
+			if v := metric(t, d, `coredns_global_skipped_total{reason="`+reason+`"}`); v == "" || v == "0" {
+				return fmt.Errorf("skipped_total{reason=%q} is %q", reason, v)
+			}
+		}
+		if !strings.Contains(d.Logs(), `mirror db/foo-evil claims cluster "evil", which no Linkerd Link names: skipped`) {
+			return fmt.Errorf("no warning of foo-evil:\n%s", d.Logs())
+		}
+		return nil
+	})
+	// A Link for evil: its mirror is a member; west's Link deleted: west's is not.
+	must(t, harness.ApplyLink(ctx, dyn, linkNS, "evil", nil))
+	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"], "A "+west.ClusterIPs["foo-0"])...)
+	must(t, dyn.Resource(harness.LinkResource).Namespace(linkNS).Delete(ctx, "west", metav1.DeleteOptions{}))
+	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
+	must(t, expect(t, d, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
 }

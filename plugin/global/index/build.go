@@ -46,7 +46,7 @@ func (t *Topology) members(k Key, src Source) (s *Service, slicesOf [][]*Slice) 
 		return nil, nil
 	}
 	s = &Service{Key: k, built: time.Now().UnixNano(), topo: t}
-	if s.Members = t.acceptMembers(members, &s.Warnings); len(s.Members) == 0 {
+	if s.Members = t.acceptMembers(k, members, &s.Warnings); len(s.Members) == 0 {
 		return nil, nil
 	}
 	slicesOf = make([][]*Slice, len(s.Members))
@@ -185,19 +185,25 @@ func (l liveness) of(addr netip.Addr) Gateway {
 
 // acceptMembers orders members (local first, then by cluster) and drops the ones that would make
 // names ambiguous: a mirror claiming this cluster's name, or a second mirror from the same cluster.
-func (t *Topology) acceptMembers(in []*Member, warn *[]Warning) []*Member {
+func (t *Topology) acceptMembers(k Key, in []*Member, warn *[]Warning) []*Member {
 	ms := slices.Clone(in)
-	slices.SortFunc(ms, func(a, b *Member) int {
-		if c := cmp.Compare(a.Cluster, b.Cluster); c != 0 {
-			return c
+	// Of one cluster's mirrors, the one Linkerd's service mirror names, <svc>-<cluster>, first.
+	named := func(m *Member) int {
+		if m.Name == k.Name+"-"+m.Cluster {
+			return 0
 		}
-		return cmp.Compare(a.Name, b.Name)
+		return 1
+	}
+	slices.SortFunc(ms, func(a, b *Member) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(named(a), named(b)), cmp.Compare(a.Name, b.Name))
 	})
 	out := ms[:0]
 	for _, m := range ms {
 		switch {
 		case !m.Local() && m.Cluster == t.Local:
 			warnf(warn, ReasonClusterNameClash, "mirror %s/%s claims this cluster's name %q: skipped", m.Namespace, m.Name, m.Cluster)
+		case !m.Local() && t.Linked != nil && !t.Linked[m.Cluster]:
+			warnf(warn, ReasonUnlinkedCluster, "mirror %s/%s claims cluster %q, which no Linkerd Link names: skipped", m.Namespace, m.Name, m.Cluster)
 		case len(out) > 0 && out[len(out)-1].Cluster == m.Cluster:
 			warnf(warn, ReasonDuplicateMirror, "mirror %s/%s is a second member from cluster %q (kept %s): skipped", m.Namespace, m.Name, m.Cluster, out[len(out)-1].Name)
 		default:

@@ -31,6 +31,9 @@ type Topology struct {
 	// Where Local and each cluster's Locality come from: a Source; SourceCorefile when unset.
 	LocalFrom    string
 	LocalityFrom map[string]string
+	// Linked are the clusters Linkerd's Links name, where the Link CRD is served: then a Service
+	// is a mirror of a cluster only while a Link names it. nil: any cluster a mirror claims.
+	Linked map[string]bool
 }
 
 // Where a topology's facts come from.
@@ -48,6 +51,7 @@ const (
 type Discovered struct {
 	Cluster string
 	Links   map[string]map[string]string // linked cluster -> key -> value
+	Linked  map[string]bool              // the clusters Links name; nil: Links unknown (no Link CRD)
 	Nodes   map[string]string            // key -> value
 }
 
@@ -56,7 +60,7 @@ type Discovered struct {
 // from one source.
 func (t *Topology) With(d Discovered) (*Topology, []string) {
 	out := &Topology{Local: t.Local, Unnamed: t.Unnamed, Keys: t.Keys, ClientKeys: t.ClientKeys, Locality: map[string]map[string]string{},
-		LocalFrom: t.localFrom(), LocalityFrom: map[string]string{}}
+		LocalFrom: t.localFrom(), LocalityFrom: map[string]string{}, Linked: d.Linked}
 	var warnings []string
 	for c, l := range t.Locality {
 		out.Locality[c], out.LocalityFrom[c] = l, SourceCorefile
@@ -121,7 +125,8 @@ func (t *Topology) From(cluster string) string {
 // Equal reports whether t and o rank and name clusters alike, from the same sources.
 func (t *Topology) Equal(o *Topology) bool {
 	return t.Local == o.Local && t.Unnamed == o.Unnamed && t.localFrom() == o.localFrom() && slices.Equal(t.Keys, o.Keys) && slices.Equal(t.ClientKeys, o.ClientKeys) &&
-		maps.EqualFunc(t.Locality, o.Locality, maps.Equal) && maps.Equal(t.LocalityFrom, o.LocalityFrom)
+		maps.EqualFunc(t.Locality, o.Locality, maps.Equal) && maps.Equal(t.LocalityFrom, o.LocalityFrom) &&
+		(t.Linked == nil) == (o.Linked == nil) && maps.Equal(t.Linked, o.Linked)
 }
 
 // DescribeLocality renders cluster's locality as key:value pairs (zone and region short), "none".

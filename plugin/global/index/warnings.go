@@ -15,6 +15,7 @@ type Warning struct {
 const (
 	ReasonClusterNameClash = "cluster_name_clash"
 	ReasonDuplicateMirror  = "duplicate_mirror"
+	ReasonUnlinkedCluster  = "unlinked_cluster" // a mirror of a cluster no Link names
 	ReasonPortMismatch     = "port_mismatch"
 	ReasonDuplicateHost    = "duplicate_hostname"
 	// ReasonUnnamedMirrorAddress: a headless mirror lists addresses without hostnames.

@@ -102,7 +102,7 @@ func (t *Topology) set(f func(*index.Discovered)) {
 }
 
 func (t *Topology) copy() index.Discovered {
-	d := index.Discovered{Cluster: t.d.Cluster, Links: map[string]map[string]string{}, Nodes: maps.Clone(t.d.Nodes)}
+	d := index.Discovered{Cluster: t.d.Cluster, Links: map[string]map[string]string{}, Linked: maps.Clone(t.d.Linked), Nodes: maps.Clone(t.d.Nodes)}
 	for c, l := range t.d.Links {
 		d.Links[c] = maps.Clone(l)
 	}
@@ -141,16 +141,17 @@ func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
 // links follows Linkerd's Links.
 func (t *Topology) links(ctx context.Context, synced func()) {
 	t.informOn(ctx, synced, linkGroup, "links", nil, func(store cache.Store) {
-		links := map[string]map[string]string{}
+		links, linked := map[string]map[string]string{}, map[string]bool{}
 		for _, o := range store.List() {
 			u := o.(*unstructured.Unstructured)
 			cluster, _, _ := unstructured.NestedString(u.Object, "spec", "targetClusterName")
 			cluster = strings.ToLower(cmp.Or(cluster, u.GetName()))
+			linked[cluster] = true
 			if l := t.localities(u.GetLabels()); len(l) > 0 {
 				links[cluster] = l
 			}
 		}
-		t.set(func(d *index.Discovered) { d.Links = links })
+		t.set(func(d *index.Discovered) { d.Links, d.Linked = links, linked })
 	})
 }
 
