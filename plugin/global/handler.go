@@ -58,7 +58,8 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		// Never NXDOMAIN before the first sync: the name may well exist.
 		g.unsynced(r, m)
 	default:
-		s := g.selectName(snap, zone, n, state.QType(), q, state.Size())
+		var s selection
+		g.selectName(&s, snap, zone, n, state.QType(), q, state.Size())
 		final = s.ambiguous()
 		g.answer(state, m, &s)
 	}
@@ -208,7 +209,8 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 		m.Rcode = dns.RcodeServerFailure
 		lines = []string{"synced=false: waiting for the Kubernetes API; IN answers SERVFAIL until then"}
 	default:
-		s := g.selectName(snap, state.Zone, n, dns.TypeTXT, q, 0)
+		var s selection
+		g.selectName(&s, snap, state.Zone, n, dns.TypeTXT, q, 0)
 		switch ambiguous = s.ambiguous(); {
 		case ambiguous:
 			g.answerAmbiguous(state, m, &s)

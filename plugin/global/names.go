@@ -46,23 +46,29 @@ func schemeOf(mcsZones []string, zone string) scheme {
 
 // parse parses qname under zone in scheme s: a name of the scheme, or a zonal name of one.
 func (s scheme) parse(qname, zone string) name {
+	n := s.parseBase(qname, zone)
+	// A zonal name has at least three labels more than the name it scopes: it parses as none, or
+	// as one with _zone where no name of ours has an underscore. Only then is it looked for.
+	if n.form != formNone && n.svc != zoneAnchor && n.ns != zoneAnchor && n.cluster != zoneAnchor && n.host != zoneAnchor {
+		return n
+	}
 	z, topoZone, base, zonal := cutZonal(qname, zone)
 	if !zonal {
-		base = qname
+		return n
 	}
-	var n name
-	if s == schemeMCS {
-		n = parseMCSName(base, zone)
-	} else {
-		n = parseName(base, zone)
+	if n = s.parseBase(base, zone); z == zonalNone || n.form != formService && n.form != formSRV && n.form != formProto {
+		return name{} // an unknown directive, or a name without records: NXDOMAIN, as CoreDNS
 	}
-	if zonal {
-		if z == zonalNone || n.form != formService && n.form != formSRV && n.form != formProto {
-			return name{} // an unknown directive, or a name without records: NXDOMAIN, as CoreDNS
-		}
-		n.zonal, n.zone = z, topoZone
-	}
+	n.zonal, n.zone = z, topoZone
 	return n
+}
+
+// parseBase parses qname under zone in scheme s, as a name of the scheme.
+func (s scheme) parseBase(qname, zone string) name {
+	if s == schemeMCS {
+		return parseMCSName(qname, zone)
+	}
+	return parseName(qname, zone)
 }
 
 // zonal is the directive of a zonal name, <topology-zone>.pin|prefer._zone.<name>, as CoreDNS's
@@ -76,8 +82,11 @@ const (
 	zonalPrefer
 )
 
-// zoneLabel anchors a zonal name, as CoreDNS's: no name of a scheme has it left of its service.
-const zoneLabel = "._zone."
+// zoneAnchor anchors a zonal name, as CoreDNS's: no name of a scheme has it left of its service.
+const (
+	zoneAnchor = "_zone"
+	zoneLabel  = "." + zoneAnchor + "."
+)
 
 // cutZonal splits a zonal name into its directive, topology zone (every label left of the
 // directive: zone values may contain dots) and the name it scopes; ok is false when qname has no

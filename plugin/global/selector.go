@@ -20,16 +20,16 @@ type selector struct {
 // scheme returns the naming scheme of zone.
 func (c *selector) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
 
-// selectName computes what name n, parsed under zone, selects from snap for a question of qtype
-// (dns.TypeTXT in class CH, an explanation: every answer's records) asked by q, whose reply holds
-// size bytes (0: no bound): everything an answer or an explanation of it says.
-func (c *selector) selectName(snap *index.Snapshot, zone string, n name, qtype uint16, q querier, size int) selection {
-	s := selection{name: n, zone: zone, scheme: c.scheme(zone), snap: snap, querier: q}
+// selectName computes into s what name n, parsed under zone, selects from snap for a question of
+// qtype (dns.TypeTXT in class CH, an explanation: every answer's records) asked by q, whose reply
+// holds size bytes (0: no bound): everything an answer or an explanation of it says. (Into s, not
+// returned: a selection is some 300 bytes, made once on the caller's stack.)
+func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n name, qtype uint16, q querier, size int) {
+	*s = selection{name: n, zone: zone, scheme: c.scheme(zone), snap: snap, querier: q}
 	if n.svc != "" {
 		s.svc, s.candidates = c.service(snap, zone, n)
 	}
-	c.choose(&s, qtype, size)
-	return s
+	c.choose(s, qtype, size)
 }
 
 // choose sets what s's service answers for its name and qtype: the view, the policy and the
@@ -46,8 +46,11 @@ func (c *selector) choose(s *selection, qtype uint16, size int) {
 	}
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
 	s.policy, s.from = c.policyOf(s.zone, s.svc)
-	if qtype != dns.TypeSRV {
-		s.a, s.aaaa = s.policy.Keep(s.view.A), s.policy.Keep(s.view.AAAA)
+	if qtype != dns.TypeSRV && qtype != dns.TypeAAAA {
+		s.a = s.policy.Keep(s.view.A)
+	}
+	if qtype != dns.TypeSRV && qtype != dns.TypeA {
+		s.aaaa = s.policy.Keep(s.view.AAAA)
 	}
 	if qtype != dns.TypeA && qtype != dns.TypeAAAA {
 		s.srv = keepTargets(s.policy, s.view, n)
