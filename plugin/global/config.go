@@ -15,6 +15,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/leaderelection"
@@ -157,6 +158,8 @@ func (g *Global) parseAPIOption(c *caddy.Controller, opt string, args []string) 
 		g.writerConfig.MaxEndpoints, err = intArg[int](c, opt, args, 1, writer.MaxEndpointsLimit)
 	case "service_suffix":
 		g.writerConfig.Suffix, err = parseSuffix(c, args)
+	case "owner":
+		g.writerConfig.GCOwner, err = parseOwner(c, args)
 	case "lease":
 		err = g.parseLease(c, args)
 	case "lease_duration":
@@ -181,6 +184,9 @@ func (g *Global) check(c *caddy.Controller) error {
 	}
 	if g.forwarders != nil && g.sources == (clientSources{}) {
 		return c.Errf("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
+	}
+	if g.writerConfig.GCOwner != nil && !g.endpointSlices {
+		return c.Errf("owner needs the writer: it cannot be set with endpointslices off")
 	}
 	if !g.election.CheckTimings() {
 		return c.Errf("lease timings must satisfy lease_duration > lease_renew_deadline > %.1f x lease_retry_period, not %v, %v, %v",
@@ -305,6 +311,21 @@ func (g *Global) parseLease(c *caddy.Controller, args []string) error {
 	}
 	g.election.Namespace, g.election.Name = args[0], args[1]
 	return nil
+}
+
+// parseOwner parses `owner RESOURCE NAME`: the cluster-scoped object, one of the resources
+// writer.OwnerResources, that owns the Services and ServiceImports written.
+func parseOwner(c *caddy.Controller, args []string) (*writer.GCOwner, error) {
+	if len(args) != 2 {
+		return nil, c.ArgErr()
+	}
+	if !slices.Contains(writer.OwnerResources(), args[0]) {
+		return nil, c.Errf("owner: %q is not one of the cluster-scoped resources %s", args[0], strings.Join(writer.OwnerResources(), ", "))
+	}
+	if errs := path.IsValidPathSegmentName(args[1]); len(errs) > 0 {
+		return nil, c.Errf("owner name %q: %s", args[1], strings.Join(errs, "; "))
+	}
+	return &writer.GCOwner{Resource: args[0], Name: args[1]}, nil
 }
 
 // parseNames parses `names global` or `names mcs [ZONES...]`: the zones (default all) answered

@@ -63,7 +63,11 @@ func TestParse(t *testing.T) {
 		!slices.Equal(g.corefile.Keys, []string{index.ZoneKey}) || !slices.Equal(g.corefile.ClientKeys, []string{index.HostnameKey, index.ZoneKey, index.ClusterKey}) {
 		t.Errorf("client options: %+v %v %v %v, %v", g.sources, g.forwarders, g.corefile.Keys, g.corefile.ClientKeys, err)
 	}
-	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports {
+	if g, err = parse(caddy.NewTestController("dns", "global {\n owner clusterroles.rbac.authorization.k8s.io system:coredns-global\n}")); err != nil ||
+		g.writerConfig.GCOwner == nil || *g.writerConfig.GCOwner != (writer.GCOwner{Resource: "clusterroles.rbac.authorization.k8s.io", Name: "system:coredns-global"}) {
+		t.Errorf("owner: %+v, %v", g.writerConfig.GCOwner, err)
+	}
+	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil {
 		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
@@ -218,6 +222,11 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n serviceimports on\n endpointslices off\n}", "serviceimports on needs the writer"},
 		{"global {\n serviceimports on\n service_suffix -mcs\n}", "service_suffix -mcs would name"},
 		{"global {\n serviceimports yes\n}", `serviceimports takes on or off, not "yes"`},
+		{"global {\n owner clusterroles.rbac.authorization.k8s.io\n}", "Wrong argument count"},
+		{"global {\n owner roles.rbac.authorization.k8s.io coredns-global-write\n}", `owner: "roles.rbac.authorization.k8s.io" is not one of the cluster-scoped resources clusterrolebindings.rbac.authorization.k8s.io, clusterroles`},
+		{"global {\n owner clusterrole coredns-global-write\n}", `owner: "clusterrole" is not one of`},
+		{"global {\n owner namespaces a/b\n}", `owner name "a/b": may not contain '/'`},
+		{"global {\n owner namespaces coredns-global\n endpointslices off\n}", "owner needs the writer"},
 		{"global {\n lease onlyone\n}", "Wrong argument count"},
 		{"global {\n lease Bad name\n}", `lease namespace "Bad" is not a DNS label`},
 		{"global {\n lease ns Bad_name\n}", `lease name "Bad_name"`},

@@ -173,6 +173,13 @@ var (
 		Name:      "writer_serviceimports_unavailable",
 		Help:      "1 while serviceimports on cannot write ServiceImports: the serviceimports.multicluster.x-k8s.io CRD is not installed.",
 	})
+	// WriterOwnerMissing is 1 while the writer's `owner` cannot be read, and nothing is written.
+	WriterOwnerMissing = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "writer_owner_missing",
+		Help:      "1 while the object the owner option names cannot be read (missing or forbidden): no Service or ServiceImport is created or updated.",
+	})
 	// WriterConflicts is the number of global services whose Service or EndpointSlice name is taken
 	// by an object the plugin does not manage.
 	WriterConflicts = promauto.NewGauge(prometheus.GaugeOpts{

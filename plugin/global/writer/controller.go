@@ -38,6 +38,8 @@ type Config struct {
 	// ServiceImports: also write a ServiceImport and MCS EndpointSlices per global service (see
 	// mcs.go). Off, the ServiceImports written earlier are deleted.
 	ServiceImports bool
+	// GCOwner, when set, owns the Services and ServiceImports written (see owner.go).
+	GCOwner *GCOwner
 }
 
 const (
@@ -247,6 +249,10 @@ func (w *Writer) process(ctx context.Context, q workqueue.TypedRateLimitingInter
 	case errors.Is(err, errStale):
 		telemetry.WriterSyncs.WithLabelValues("stale").Inc()
 		q.AddRateLimited(k)
+	case errors.Is(err, errOwnerMissing): // logged once by the owner's read
+		telemetry.WriterSyncs.WithLabelValues("owner_missing").Inc()
+		q.Forget(k)
+		q.AddAfter(k, ownerRefresh)
 	case errors.Is(err, errConflict):
 		telemetry.WriterSyncs.WithLabelValues("conflict").Inc()
 		q.Forget(k)

@@ -22,7 +22,7 @@ func clusterIPType(s *corev1.Service) bool {
 }
 
 func serviceUpToDate(have, want *corev1.Service) bool {
-	if len(have.Spec.Selector) > 0 || !clusterIPType(have) {
+	if len(have.Spec.Selector) > 0 || !clusterIPType(have) || !ownersUpToDate(have.OwnerReferences, want.OwnerReferences) {
 		return false
 	}
 	for k, v := range want.Labels {
@@ -113,7 +113,7 @@ func importUpToDate(have, want *mcsv1alpha1.ServiceImport) bool {
 			return false
 		}
 	}
-	return have.Spec.Type == want.Spec.Type && len(have.Spec.IPs) == 0 &&
+	return have.Spec.Type == want.Spec.Type && len(have.Spec.IPs) == 0 && ownersUpToDate(have.OwnerReferences, want.OwnerReferences) &&
 		slices.EqualFunc(have.Spec.Ports, want.Spec.Ports, func(a, b mcsv1alpha1.ServicePort) bool {
 			return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.AppProtocol == nil
 		})

@@ -47,6 +47,7 @@ type reconciler struct {
 	tracker    *tracker
 	conflicts  *conflicts
 	plans      plans
+	owners     ownerRefs // of `owner`
 	// terminating holds the namespaces whose creates were refused as terminating, so that each
 	// is logged once, until a create there succeeds.
 	terminating sync.Map
@@ -104,7 +105,11 @@ func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Servi
 		}
 		return r.conflicts.report(k, blocksGlobal, nil, fmt.Sprintf("cannot write Service %s/%s: %v", k.Namespace, name, errs))
 	}
-	svc, err := r.syncService(ctx, k, desiredService(s, name, r.cfg.Owner), have)
+	want := desiredService(s, name, r.cfg.Owner)
+	if err := r.own(ctx, &want.ObjectMeta); err != nil {
+		return err
+	}
+	svc, err := r.syncService(ctx, k, want, have)
 	if err != nil {
 		return err
 	}
@@ -139,7 +144,11 @@ func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service,
 		}
 	}
 	svc := desiredService(s, k.Name+r.cfg.Suffix, r.cfg.Owner)
-	si, err := r.syncImport(ctx, k, desiredImport(k, svc, r.cfg.Owner), current)
+	want := desiredImport(k, svc, r.cfg.Owner)
+	if err := r.own(ctx, &want.ObjectMeta); err != nil {
+		return err
+	}
+	si, err := r.syncImport(ctx, k, want, current)
 	if errors.Is(err, errConflict) {
 		// Someone else's ServiceImport: our slices would add endpoints to it.
 		obsolete.slices = have.slices
@@ -200,6 +209,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 	maps.Copy(upd.Labels, want.Labels)
 	setAnnotations(&upd.ObjectMeta, want.Annotations, index.ServiceAnnotationKeys)
 	upd.Spec.Ports = want.Spec.Ports
+	ownedBy(&upd.ObjectMeta, want.OwnerReferences)
 	// A selector would have Kubernetes' EndpointSlice controller write slices beside ours; another
 	// type would not be headless. Both are restored (a headless Service's clusterIP can only be set
 	// again when it stopped being ClusterIP).
@@ -230,6 +240,7 @@ func (r *reconciler) syncImport(ctx context.Context, k index.Key, want, have *mc
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	upd.Spec.Type, upd.Spec.Ports, upd.Spec.IPs = want.Spec.Type, want.Spec.Ports, nil
+	ownedBy(&upd.ObjectMeta, want.OwnerReferences)
 	updated, err := api.Update(ctx, upd, metav1.UpdateOptions{})
 	return updated, r.updated(err)
 }
