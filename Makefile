@@ -54,7 +54,10 @@ build:
 # multi-arch OCI image layout tarball, reproducibly (every timestamp is SOURCE_DATE_EPOCH, by
 # default the commit's time). docker load, podman load, kind load image-archive and ctr import
 # take it as it is.
-IMAGE             ?= ghcr.io/globaldns/coredns-global:$(VERSION)
+# One tag scheme: the chart's appVersion, which the chart and deploy/base run (the labels still
+# record git describe and the commit).
+APP_VERSION       := $(shell awk '$$1 == "appVersion:" {gsub(/"/, "", $$2); print $$2}' deploy/chart/Chart.yaml)
+IMAGE             ?= ghcr.io/globaldns/coredns-global:$(APP_VERSION)
 IMAGE_SOURCE      ?= https://github.com/globaldns/global
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image:

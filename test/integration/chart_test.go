@@ -12,6 +12,7 @@ import (
 
 	"github.com/globaldns/global/test/harness"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,10 +38,18 @@ func chartPath(t *testing.T, file string) string {
 	return repoPath(t, "deploy/chart", file)
 }
 
-// helmTemplate renders the chart as release coredns-global in namespace coredns-global.
+// imageRepository is where `make image` names the image (its default IMAGE), as a user who loaded
+// it sets image.repository; deploy/base runs it.
+const imageRepository = "ghcr.io/globaldns/coredns-global"
+
+// withImage is the value every render needs: no image is published, so the chart requires one.
+var withImage = []string{"--set", "image.repository=" + imageRepository}
+
+// helmTemplate renders the chart as release coredns-global in namespace coredns-global, with the
+// image repository set.
 func helmTemplate(t *testing.T, helm string, args ...string) (string, map[string]*unstructured.Unstructured) {
 	t.Helper()
-	args = append([]string{"template", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global"}, args...)
+	args = append(append([]string{"template", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global"}, withImage...), args...)
 	out := harness.RunHelm(t, helm, nil, args...)
 	return out, objectsOf(t, out)
 }
@@ -97,7 +106,7 @@ func TestChartRendersTheKustomizations(t *testing.T) {
 		delete(want, "Namespace/coredns-global")
 		var first map[string]any
 		for name, helm := range helms(t) {
-			args := []string{}
+			args := slices.Clone(withImage)
 			if c.values != "" {
 				args = append(args, "--values", chartPath(t, c.values))
 			}
@@ -148,6 +157,7 @@ func TestChartValues(t *testing.T) {
 		"global:5353 clusterset.local:5353 {", "    log\n", "global global clusterset.local {", "cluster {$CLUSTER_NAME}",
 		"locality east region=us-east-1 zone=us-east-1a", "locality west zone=us-east-1b", "names mcs clusterset.local",
 		"policy nearest 2\n", "policy all global\n", "serviceimports on", "        ttl 10\n",
+		"owner clusterroles.rbac.authorization.k8s.io coredns-global-write\n",
 	} {
 		if !strings.Contains(corefile, line) {
 			t.Errorf("the Corefile has no %q:\n%s", line, corefile)
@@ -193,7 +203,7 @@ func TestChartValues(t *testing.T) {
 
 	// Writer off: DNS only, and no write rule, no Lease rule.
 	_, objs = helmTemplate(t, helm, "--set", "writer.enabled=false")
-	if c := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string); !strings.Contains(c, "endpointslices off") {
+	if c := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string); !strings.Contains(c, "endpointslices off") || strings.Contains(c, "owner ") {
 		t.Errorf("writer off, the Corefile:\n%s", c)
 	}
 	for _, k := range []string{"ClusterRole/coredns-global-write", "ClusterRoleBinding/coredns-global-write", "Role/coredns-global-lease", "RoleBinding/coredns-global-lease"} {
@@ -209,7 +219,7 @@ func TestChartValues(t *testing.T) {
 	_, objs = helmTemplate(t, helm, "--set", "fullnameOverride=dns2")
 	c := objs["ConfigMap/dns2"].Object["data"].(map[string]any)["Corefile"].(string)
 	role := objs["Role/dns2-lease"].Object["rules"].([]any)[1].(map[string]any)["resourceNames"].([]any)
-	if !strings.Contains(c, "lease coredns-global dns2-writer") || role[0] != "dns2-writer" {
+	if !strings.Contains(c, "lease coredns-global dns2-writer") || role[0] != "dns2-writer" || !strings.Contains(c, "owner clusterroles.rbac.authorization.k8s.io dns2-write\n") {
 		t.Errorf("release dns2: lease rule %v, Corefile:\n%s", role, c)
 	}
 }
@@ -234,12 +244,82 @@ func TestChartSchema(t *testing.T) {
 			{"podAntiAffinity=zone", "podAntiAffinity"},
 			{"writer.enabled=maybe", "enabled"},
 		} {
-			_, err := harness.TryHelm(t, helm, nil, "template", "coredns-global", chartPath(t, ""), "--set", c.set)
+			_, err := harness.TryHelm(t, helm, nil, append([]string{"template", "coredns-global", chartPath(t, ""), "--set", c.set}, withImage...)...)
 			if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.says) {
 				t.Errorf("%s --set %s: %v, want a schema error about %s", name, c.set, err, c.says)
 			}
 		}
 	}
+}
+
+// TestChartImage: no image is published, so the chart renders only with image.repository set, and
+// says how to build one otherwise; the tag is the chart's appVersion, the one `make image` gives,
+// pulled only when missing (a loaded image is used as it is); kubeVersion admits what make test runs.
+func TestChartImage(t *testing.T) {
+	appVersion := chartAppVersion(t)
+	for name, helm := range helms(t) {
+		_, err := harness.TryHelm(t, helm, nil, "template", "coredns-global", chartPath(t, ""))
+		if err == nil || !strings.Contains(err.Error(), "image.repository is required") || !strings.Contains(err.Error(), "make image") ||
+			!strings.Contains(err.Error(), "docs/install.md") {
+			t.Errorf("%s: rendered without image.repository: %v", name, err)
+		}
+		for _, c := range []struct{ set, image string }{
+			{"", imageRepository + ":" + appVersion},
+			{"image.tag=v2", imageRepository + ":v2"},
+		} {
+			args := []string{}
+			if c.set != "" {
+				args = append(args, "--set", c.set)
+			}
+			_, objs := helmTemplate(t, helm, args...)
+			ctr := as[appsv1.Deployment](t, objs["Deployment/coredns-global"]).Spec.Template.Spec.Containers[0]
+			if ctr.Image != c.image || ctr.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Errorf("%s --set %q: image %q %q, want %q IfNotPresent", name, c.set, ctr.Image, ctr.ImagePullPolicy, c.image)
+			}
+		}
+		// The Kubernetes that make test runs is one the chart takes; one without the features it needs is not.
+		tested := strings.TrimPrefix(kubernetesVersion(t), "v")
+		helmTemplate(t, helm, "--kube-version", tested)
+		if _, err := harness.TryHelm(t, helm, nil, append([]string{"template", "coredns-global", chartPath(t, ""), "--kube-version", "1.25.9"}, withImage...)...); err == nil ||
+			!strings.Contains(err.Error(), "kubeVersion") {
+			t.Errorf("%s: rendered for Kubernetes 1.25.9: %v", name, err)
+		}
+	}
+	// deploy/base runs the same image.
+	_, base := kustomize(t, "deploy/base")
+	if ctr := as[appsv1.Deployment](t, base["Deployment/coredns-global"]).Spec.Template.Spec.Containers[0]; ctr.Image != imageRepository+":"+appVersion ||
+		ctr.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("deploy/base's image %q %q, want %s:%s IfNotPresent", ctr.Image, ctr.ImagePullPolicy, imageRepository, appVersion)
+	}
+}
+
+// chartAppVersion is deploy/chart's appVersion, the tag of the image `make image` builds.
+func chartAppVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(chartPath(t, "Chart.yaml"))
+	must(t, err)
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	must(t, yaml.Unmarshal(b, &chart))
+	if chart.AppVersion == "" {
+		t.Fatal("Chart.yaml has no appVersion")
+	}
+	return chart.AppVersion
+}
+
+// kubernetesVersion is the Kubernetes release the control plane is built from (make controlplane).
+func kubernetesVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(repoPath(t, "test/controlplane/kube/go.mod"))
+	must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "require" && f[1] == "k8s.io/kubernetes" {
+			return f[2]
+		}
+	}
+	t.Fatal("test/controlplane/kube/go.mod requires no k8s.io/kubernetes")
+	return ""
 }
 
 // TestChartInstall installs the chart for real, with Helm 4 (values-ha.yaml) and Helm 3 (DNS
@@ -270,7 +350,7 @@ func TestChartInstall(t *testing.T) {
 	must(t, err)
 	upgrade := append([]string{"upgrade"}, slices.DeleteFunc(install[1:], func(a string) bool { return a == "--create-namespace" })...)
 	notes = harness.RunHelm(t, h["helm4"], cp, upgrade...)
-	if !strings.Contains(notes, "global:53 {\n        forward . "+svc.Spec.ClusterIP+"\n") || !strings.Contains(notes, "dig @"+svc.Spec.ClusterIP+" CH TXT global") {
+	if !strings.Contains(notes, "global:53 {\n        cache\n        forward . "+svc.Spec.ClusterIP+"\n") || !strings.Contains(notes, "dig @"+svc.Spec.ClusterIP+" CH TXT global") {
 		t.Errorf("upgrade notes (service %s):\n%s", svc.Spec.ClusterIP, notes)
 	}
 	replicas := startRelease(t, cp, "coredns-global", "coredns-global", 2)
@@ -282,7 +362,7 @@ func TestChartInstall(t *testing.T) {
 
 	// Helm 3, DNS only, next to it: answers, and may write nothing.
 	harness.RunHelm(t, h["helm3"], cp, "install", "dns-only", chartPath(t, ""), "--namespace", "dns-only", "--create-namespace",
-		"--set", "writer.enabled=false,clusterName=east")
+		"--set", "writer.enabled=false,clusterName=east,image.repository="+imageRepository)
 	dnsOnly := startRelease(t, cp, "dns-only", "dns-only-coredns-global", 1)[0]
 	eventually(t, "the DNS-only release's answers", func() error { return answers(t, dnsOnly, "foo.db.global.", 4) })
 	if m := metric(t, dnsOnly, "coredns_global_leader"); m != "0" {
@@ -305,7 +385,8 @@ func TestChartInstall(t *testing.T) {
 }
 
 // docCommand returns the arguments of the command of the Markdown file doc (relative to the
-// repository) that starts with prefix, without its program name, with its paths made absolute.
+// repository) that starts with prefix, without its program name and its trailing # comment, with
+// its paths made absolute.
 func docCommand(t *testing.T, doc, prefix string) []string {
 	t.Helper()
 	root := repoPath(t)
@@ -313,6 +394,7 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 	must(t, err)
 	for _, line := range strings.Split(string(text), "\n") {
 		if line = strings.TrimSpace(line); strings.HasPrefix(line, prefix) {
+			line, _, _ = strings.Cut(line, " #")
 			args := strings.Fields(line)[1:]
 			for i, a := range args {
 				if strings.HasPrefix(a, "deploy/") {

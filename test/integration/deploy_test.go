@@ -70,7 +70,8 @@ func TestDeployRenders(t *testing.T) {
 			if c.LivenessProbe.HTTPGet.Path != "/health" || c.ReadinessProbe.HTTPGet.Path != "/ready" || c.Resources.Requests.Cpu().IsZero() {
 				t.Errorf("probes or resources: %+v %+v %+v", c.LivenessProbe, c.ReadinessProbe, c.Resources)
 			}
-			if c.Env[1].Name != "POD_NAMESPACE" || c.Env[1].ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
+			// No CLUSTER_NAME: the cluster's name comes from its ClusterProperty unless the Corefile says.
+			if len(c.Env) != 1 || c.Env[0].Name != "POD_NAMESPACE" || c.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.namespace" {
 				t.Errorf("env %+v", c.Env)
 			}
 			for _, p := range c.Ports {
@@ -89,7 +90,8 @@ func TestDeployRenders(t *testing.T) {
 				}
 				return
 			}
-			if *d.Spec.Replicas != 3 || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 || pod.PriorityClassName != "coredns-global" {
+			// One pod at a time without a spare node (TestHARollout rolls it out on three nodes).
+			if ru := d.Spec.Strategy.RollingUpdate; *d.Spec.Replicas != 3 || ru.MaxUnavailable.IntValue() != 1 || ru.MaxSurge.IntValue() != 0 || pod.PriorityClassName != "coredns-global" {
 				t.Errorf("ha deployment %+v %+v %q", *d.Spec.Replicas, d.Spec.Strategy, pod.PriorityClassName)
 			}
 			aa := pod.Affinity.PodAntiAffinity

@@ -20,6 +20,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -38,6 +39,11 @@ func TestHA(t *testing.T) {
 	harness.RunKubectl(t, cp, rendered, "apply", "-f", "-", "--server-side")
 	corefileText := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
 	const deployNS = "coredns-global"
+	// The Corefile names no cluster: the ClusterProperty does, as install.md tells kustomize users.
+	must(t, cp.InstallTopologyCRDs(ctx))
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	must(t, err)
+	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
 
 	// The ServiceAccount's own token: every replica has exactly the rendered RBAC.
 	tr, err := admin.CoreV1().ServiceAccounts(deployNS).CreateToken(ctx, "coredns-global",
@@ -70,7 +76,7 @@ func TestHA(t *testing.T) {
 	tmpl := localize(corefileText, root)
 	replica := func(kubeconfig string) *harness.CoreDNS {
 		return harness.StartCoreDNS(t, nil, tmpl, harness.WithEnv("KUBECONFIG="+kubeconfig, "KUBERNETES_SERVICE_HOST=",
-			"POD_NAMESPACE="+deployNS, "CLUSTER_NAME=east"))
+			"POD_NAMESPACE="+deployNS))
 	}
 	// The third replica reaches the API server through a proxy the test can cut.
 	replicas := []*harness.CoreDNS{replica(saKubeconfig), replica(saKubeconfig), replica(viaProxy)}

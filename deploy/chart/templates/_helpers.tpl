@@ -29,6 +29,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
+{{/* The image: no default repository until one is published. */}}
+{{- define "coredns-global.image" -}}
+{{- $repository := required "image.repository is required: no coredns-global image is published yet. Build one with `make image` and push it (crane, skopeo) or load it into the nodes (kind, k3d, ctr -n k8s.io), as docs/install.md says, then set image.repository (ghcr.io/globaldns/coredns-global for an image loaded as make image names it)" .Values.image.repository -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
 {{/* The writer's Lease: deploy/base's default name, or one per release when the release is named otherwise. */}}
 {{- define "coredns-global.lease" -}}
 {{- include "coredns-global.fullname" . }}-writer
@@ -51,6 +57,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.clusterName }}
         # This cluster's name, as the other clusters' Links call it (the Deployment sets it).
         cluster {$CLUSTER_NAME}
+{{- else }}
+        # This cluster's name, as the other clusters' Links call it (their --cluster-name): the
+        # ClusterProperty cluster.clusterset.k8s.io's, else "local" (with a warning), unless set:
+        #   cluster east
 {{- end }}
 {{- if .Values.localities }}
 {{- range $cluster, $labels := .Values.localities }}
@@ -80,6 +90,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.writer.serviceImports }}
         serviceimports on
 {{- end }}
+        # What it writes goes with the release: the garbage collector deletes it with this.
+        owner clusterroles.rbac.authorization.k8s.io {{ include "coredns-global.fullname" . }}-write
 {{- if ne (include "coredns-global.lease" .) "coredns-global-writer" }}
         lease {{ .Release.Namespace }} {{ include "coredns-global.lease" . }}
 {{- end }}
