@@ -45,7 +45,7 @@ help:
 	@echo "make bench         measure against CoreDNS's own plugins; writes docs/benchmarks.md"
 	@echo "make helm          build Helm $(HELM3_VERSION) and $(HELM4_VERSION) into $(CACHE_HOME)/globaldns/tools"
 	@echo "make promtool      build promtool $(PROM_VERSION) (Prometheus) into $(PROMTOOL)"
-	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver, kube-controller-manager and kubectl $(K8S_VERSION) into $(CONTROLPLANE)"
+	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver, kube-controller-manager, kube-scheduler and kubectl $(K8S_VERSION) into $(CONTROLPLANE)"
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/coredns ./coredns
@@ -68,7 +68,7 @@ image:
 		-amd64 $(CURDIR)/bin/coredns-linux-amd64 -arm64 $(CURDIR)/bin/coredns-linux-arm64 \
 		-source '$(IMAGE_SOURCE)' -revision '$(shell git rev-parse HEAD 2>/dev/null)' -version '$(VERSION)'
 
-controlplane: $(CONTROLPLANE)/etcd $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kubectl
+controlplane: $(CONTROLPLANE)/etcd $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl
 
 # Each tool is built from its own small module (k8s.io/kubernetes cannot be `go install`ed), to a
 # temporary name first so an interrupted build never leaves a broken binary in the cache.
@@ -77,7 +77,7 @@ $(CONTROLPLANE)/etcd:
 	cd test/controlplane/etcd && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
-$(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kubectl:
+$(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl:
 	@mkdir -p $(@D)
 	cd test/controlplane/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
 	mv $@.tmp $@

@@ -57,6 +57,11 @@ type Options struct {
 	Out io.Writer
 	// ExtraTokens are added to tokens.csv besides the admin token.
 	ExtraTokens []Token
+	// Controllers are kube-controller-manager controllers run besides the harness's own
+	// (deployment and replicaset, for a test that rolls a Deployment out).
+	Controllers []string
+	// Scheduler also runs kube-scheduler, which binds pods to the Nodes tests create.
+	Scheduler bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver + kube-controller-manager.
@@ -73,6 +78,7 @@ type ControlPlane struct {
 	etcdURL    string // client URL, for CompactEtcd
 	apiBin     string
 	apiArgs    []string
+	opts       Options
 	procs      []*process // in start order: etcd, kube-apiserver, kube-controller-manager
 	stopOnce   sync.Once
 }
@@ -99,9 +105,16 @@ func controlPlaneBinaries() (etcd, apiserver, kcm string, err error) {
 // fatal, never skips.
 func Start(t testing.TB) *ControlPlane {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with opts (its Dir is t's).
+func StartWith(t testing.TB, opts Options) *ControlPlane {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*readyTimeout)
 	defer cancel()
-	cp, err := StartControlPlane(ctx, Options{Dir: t.TempDir()})
+	opts.Dir = t.TempDir()
+	cp, err := StartControlPlane(ctx, opts)
 	if err != nil {
 		t.Fatalf("harness: start control plane: %v", err)
 	}
@@ -119,7 +132,7 @@ func StartControlPlane(ctx context.Context, opts Options) (*ControlPlane, error)
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: opts.Dir, out: opts.Out}
+	cp := &ControlPlane{Dir: opts.Dir, out: opts.Out, opts: opts}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "globaldns-controlplane-"); err != nil {
 			return nil, fmt.Errorf("make control plane dir: %w", err)
@@ -134,6 +147,11 @@ func StartControlPlane(ctx context.Context, opts Options) (*ControlPlane, error)
 	}
 	// A port picked as free may be taken before the child binds it; such a
 	// clash is retried with fresh ports.
+	if opts.Scheduler {
+		if st, err := os.Stat(filepath.Join(filepath.Dir(kcmBin), "kube-scheduler")); err != nil || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("%s has no executable kube-scheduler: run `make controlplane` (or `make test`), which builds it", filepath.Dir(kcmBin))
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		err = cp.start(ctx, etcdBin, apiBin, kcmBin)
 		if err == nil {
@@ -257,7 +275,7 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 
 	kcm, err := startProcess("kube-controller-manager", cp.Dir, cp.out, nil, kcmBin,
 		"--kubeconfig="+cp.Kubeconfig,
-		"--controllers=endpointslice,endpointslicemirroring,garbagecollector,namespace",
+		"--controllers="+strings.Join(append([]string{"endpointslice", "endpointslicemirroring", "garbagecollector", "namespace"}, cp.opts.Controllers...), ","),
 		"--leader-elect=false",
 		"--secure-port=0",
 		// The default client limits (20 queries/s, bursts of 30) would turn
@@ -272,7 +290,17 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 		return err
 	}
 	cp.procs = append(cp.procs, kcm)
-	return cp.waitControllerManager(ctx, kcm)
+	if err := cp.waitControllerManager(ctx, kcm); err != nil || !cp.opts.Scheduler {
+		return err
+	}
+	// No readiness to wait for (no port served): a test waits for its pods to be bound.
+	sched, err := startProcess("kube-scheduler", cp.Dir, cp.out, nil, filepath.Join(filepath.Dir(kcmBin), "kube-scheduler"),
+		"--kubeconfig="+cp.Kubeconfig, "--leader-elect=false", "--secure-port=0")
+	if err != nil {
+		return err
+	}
+	cp.procs = append(cp.procs, sched)
+	return nil
 }
 
 // startAPIServer starts kube-apiserver with cp.apiArgs and waits until it is ready.

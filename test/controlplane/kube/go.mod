@@ -1,4 +1,4 @@
-// Module kube builds the pinned kube-apiserver and kube-controller-manager for the test harness.
+// Module kube builds the pinned kube-apiserver, kube-controller-manager, kube-scheduler and kubectl for the test harness.
 // It is its own module because k8s.io/kubernetes replaces its staging modules with local paths.
 module globaltest/controlplane/kube
 
