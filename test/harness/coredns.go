@@ -89,6 +89,7 @@ type CoreDNSOption func(*coreDNSOptions)
 type coreDNSOptions struct {
 	kubeconfig string
 	env        []string
+	files      map[string]string
 }
 
 // WithKubeconfig makes {{.Kubeconfig}} path instead of the control plane's
@@ -100,6 +101,14 @@ func WithKubeconfig(path string) CoreDNSOption {
 // WithEnv adds KEY=VALUE entries to the coredns environment.
 func WithEnv(kv ...string) CoreDNSOption {
 	return func(o *coreDNSOptions) { o.env = append(o.env, kv...) }
+}
+
+// WithFiles writes files (path relative to the Corefile's directory: template) next to the
+// Corefile before coredns starts, for what it imports or reads by a relative path. Each is a
+// template like the Corefile's, with the same data: an imported server block's {{.Port}} is the
+// Corefile's.
+func WithFiles(files map[string]string) CoreDNSOption {
+	return func(o *coreDNSOptions) { o.files = files }
 }
 
 // corefileData is the data of a Corefile template. Its methods allocate
@@ -195,6 +204,11 @@ func startCoreDNSTemplate(bin string, tmpl *template.Template, dir string, o cor
 	if err := tmpl.Execute(&b, d); err != nil {
 		return nil, fmt.Errorf("render Corefile: %w", err)
 	}
+	for name, text := range o.files {
+		if err := writeTemplate(filepath.Join(dir, name), text, d); err != nil {
+			return nil, err
+		}
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -212,6 +226,22 @@ func startCoreDNSTemplate(bin string, tmpl *template.Template, dir string, o cor
 		Dir:         dir,
 	}
 	return c, c.run(bin, b.String(), nil, o.env)
+}
+
+// writeTemplate renders text with data into path, making its directory.
+func writeTemplate(path, text string, data *corefileData) error {
+	tmpl, err := template.New(filepath.Base(path)).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	var b strings.Builder
+	if err := tmpl.Execute(&b, data); err != nil {
+		return fmt.Errorf("render %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // StartCoreDNSProcess runs CoreDNSBinary() with an already rendered corefile

@@ -16,8 +16,8 @@ import (
 
 // TestCorefilesStart starts every example Corefile and every ```corefile block of every Markdown
 // file of the repository, as written, against the control plane, and asks each for its zones'
-// apex. Only listen ports are changed (to free ones), and relative file paths are resolved from the
-// repository root, where a user runs them. A new document is covered without a change here.
+// apex. Only listen ports are changed (to free ones), `bind` addresses to 127.0.0.1, and relative
+// file paths are resolved from the repository root, where a user runs them. A new document is covered without a change here.
 func TestCorefilesStart(t *testing.T) {
 	root := repoPath(t)
 	// A control plane of its own: the examples watch every namespace and write EndpointSlices.
@@ -127,10 +127,12 @@ var (
 	listenAddr = regexp.MustCompile(`(?m)^(\s*)(ready|health|prometheus)(\s+\S*:\d+)?(\s*\{)?\s*$`)
 	globalLine = regexp.MustCompile(`(?m)^[ \t]*global((?:[ \t]+[^\s{]+)*)[ \t]*\{?[ \t]*$`)
 	kubeBlock  = regexp.MustCompile(`(?m)^([ \t]*)kubernetes\b[^{\n]*\{[ \t]*$`)
+	bindLine   = regexp.MustCompile(`(?m)^([ \t]*)bind\b.*$`)
 )
 
 // localize turns a Corefile into a harness template: free ports for the servers and for ready,
-// health and prometheus, `root` set to the repository for relative file paths, and the control
+// health and prometheus, `bind` to loopback (a node's link-local or service address is not this
+// machine's), `root` set to the repository for relative file paths, and the control
 // plane's kubeconfig for the kubernetes plugin, which outside a pod has no other way to the API
 // (the global plugin reads $KUBECONFIG).
 func localize(corefile, root string) string {
@@ -138,6 +140,7 @@ func localize(corefile, root string) string {
 		indent := kubeBlock.FindStringSubmatch(line)[1]
 		return line + "\n" + indent + "    kubeconfig {{.Kubeconfig}}"
 	})
+	corefile = bindLine.ReplaceAllString(corefile, "${1}bind 127.0.0.1")
 	out := serverKey.ReplaceAllStringFunc(corefile, func(key string) string {
 		return port.ReplaceAllString(strings.TrimSuffix(strings.TrimSpace(key), "{"), ":{{.Port}}") + "{\n    root " + root
 	})
