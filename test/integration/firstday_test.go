@@ -1,0 +1,221 @@
+package integration
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+)
+
+// TestFirstDay follows docs/install.md as a new user would, its commands as written, on a control
+// plane of its own: the image `make image` names is the one the install command runs (loading it
+// into a kubelet cannot happen here: there is no container runtime); `helm install` (one replica,
+// clusterName east), the release's replicas answering and writing as its ServiceAccount with its
+// Corefile; `helm upgrade` to values-ha.yaml, three replicas; `helm uninstall`, after which the
+// garbage collector leaves nothing the writer wrote, and nothing else is touched. Then the same
+// with kustomize: `kubectl apply -k`, the ClusterProperty naming the cluster, `kubectl delete -k`.
+func TestFirstDay(t *testing.T) {
+	ctx := context.Background()
+	own := harness.Start(t) // of its own: the releases' cluster-scoped objects
+	admin := own.Client
+	helm := helms(t)["helm4"]
+	const doc = "docs/install.md"
+
+	// The image: what `make image` names (its default IMAGE) is what the install command runs.
+	if !slices.Contains(docCommand(t, doc, "make image"), "image") {
+		t.Fatalf("%s has no `make image`", doc)
+	}
+	tarball, err := harness.Built(harness.EnvImageTar, "image")
+	must(t, err)
+	install := docCommand(t, doc, "helm install coredns-global ")
+	rendered := harness.RunHelm(t, helm, nil, append([]string{"template"}, slices.DeleteFunc(slices.Clone(install[1:]), func(a string) bool { return a == "--create-namespace" })...)...)
+	ctr := as[appsv1.Deployment](t, objectsOf(t, rendered)["Deployment/coredns-global"]).Spec.Template.Spec.Containers[0]
+	if ref := imageName(t, tarball); ctr.Image != ref || ctr.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("the install command runs %s (%s); make image built %s", ctr.Image, ctr.ImagePullPolicy, ref)
+	}
+
+	// The mesh: this cluster's exported StatefulSet foo, and west's, mirrored.
+	const ns = "db"
+	must(t, harness.EnsureNamespace(ctx, admin, ns))
+	localFooIn(t, admin, ns)
+	_, err = harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
+	must(t, err)
+	foreign := foreignVersions(ctx, t, own, ns)
+
+	// Install: one replica.
+	harness.RunHelm(t, helm, own, install...)
+	replicas := startRelease(t, own, "coredns-global", "coredns-global", 1)
+	eventually(t, "the answers of the installed release", func() error { return answers(t, replicas[0], "foo.db.global.", 4) })
+	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2}) })
+	role, err := admin.RbacV1().ClusterRoles().Get(ctx, "coredns-global-write", metav1.GetOptions{})
+	must(t, err)
+	written, err := admin.CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
+	must(t, err)
+	if o := written.OwnerReferences; len(o) != 1 || o[0].Kind != "ClusterRole" || o[0].Name != role.Name || o[0].UID != role.UID || o[0].Controller != nil {
+		t.Errorf("foo-global's owners %+v, want ClusterRole %s (%s)", o, role.Name, role.UID)
+	}
+
+	// Upgrade to three replicas: the rollout a kubelet would do, one replica after another.
+	harness.RunHelm(t, helm, own, docCommand(t, doc, "helm upgrade coredns-global ")...)
+	d, err := admin.AppsV1().Deployments("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
+	must(t, err)
+	if ru := d.Spec.Strategy.RollingUpdate; *d.Spec.Replicas != 3 || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 ||
+		!slices.Contains(d.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "CLUSTER_NAME", Value: "east"}) {
+		t.Errorf("upgraded: replicas %d, strategy %+v, env %+v", *d.Spec.Replicas, d.Spec.Strategy, d.Spec.Template.Spec.Containers[0].Env)
+	}
+	replicas[0].Stop()
+	replicas = startRelease(t, own, "coredns-global", "coredns-global", 3)
+	for _, c := range replicas {
+		eventually(t, "the answers of the upgraded release", func() error { return answers(t, c, "foo.db.global.", 4) })
+	}
+	waitLeader(t, replicas...)
+
+	// Uninstall: the writer's objects go with the release; nothing else does.
+	harness.RunHelm(t, helm, own, docCommand(t, doc, "helm uninstall coredns-global ")...)
+	for _, c := range replicas { // the kubelet stops the pods
+		c.Stop()
+	}
+	leftNothing(t, own, doc)
+	if got := foreignVersions(ctx, t, own, ns); !maps.Equal(got, foreign) {
+		t.Errorf("objects not ours changed: %v, were %v", got, foreign)
+	}
+
+	// kustomize: the cluster named by its ClusterProperty, as install.md says for deploy/base.
+	must(t, own.InstallTopologyCRDs(ctx))
+	dyn, err := dynamic.NewForConfig(own.Config)
+	must(t, err)
+	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
+	harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl apply -k ")...)
+	replicas = startRelease(t, own, "coredns-global", "coredns-global", 2)
+	for _, c := range replicas {
+		eventually(t, "the answers of the kustomization", func() error { return answers(t, c, "foo.db.global.", 4) })
+	}
+	eventually(t, "the slices written under kustomize", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2}) })
+	harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl delete -k ")...)
+	for _, c := range replicas {
+		c.Stop()
+	}
+	leftNothing(t, own, doc)
+	if got := foreignVersions(ctx, t, own, ns); !maps.Equal(got, foreign) {
+		t.Errorf("objects not ours changed: %v, were %v", got, foreign)
+	}
+}
+
+// leftNothing waits until install.md's check finds nothing the writer wrote.
+func leftNothing(t *testing.T, cp *harness.ControlPlane, doc string) {
+	t.Helper()
+	check := docCommand(t, doc, "kubectl get services,endpointslices ")
+	eventuallyLong(t, "nothing left by the writer", func() error {
+		if out := harness.RunKubectl(t, cp, "", check...); strings.TrimSpace(out) != "" {
+			return fmt.Errorf("left:\n%s", out)
+		}
+		return nil
+	})
+}
+
+// foreignVersions are the resourceVersions of the objects the plugin reads and must never change:
+// the local foo and Linkerd's mirrors.
+func foreignVersions(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	svcs, err := cp.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by!=coredns-global"})
+	must(t, err)
+	for _, s := range svcs.Items {
+		out["Service/"+s.Name] = s.ResourceVersion
+	}
+	return out
+}
+
+// imageName is the name an OCI image layout tarball gives its image (index.json's ref.name, which
+// kind load, ctr import and docker load tag it with).
+func imageName(t *testing.T, tarball string) string {
+	t.Helper()
+	f, err := os.Open(tarball)
+	must(t, err)
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			t.Fatalf("%s has no index.json", tarball)
+		}
+		must(t, err)
+		if h.Name != "index.json" {
+			continue
+		}
+		var idx ociIndex
+		must(t, json.NewDecoder(tr).Decode(&idx))
+		if len(idx.Manifests) != 1 || idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"] == "" {
+			t.Fatalf("%s: index.json names no image: %+v", tarball, idx)
+		}
+		return idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+	}
+}
+
+// TestClusterNameDefault: the chart's defaults name no cluster; the plugin takes the name from the
+// ClusterProperty cluster.clusterset.k8s.io, and without one says "local", warns, and sets
+// coredns_global_cluster_unnamed (the alert CoreDNSGlobalClusterUnnamed's) while mirrors exist.
+// The installed release's Corefile, run as its ServiceAccount, on a control plane of its own: the
+// ClusterProperty names the whole cluster.
+func TestClusterNameDefault(t *testing.T) {
+	ctx := context.Background()
+	own := harness.Start(t)
+	const ns = "db"
+	must(t, harness.EnsureNamespace(ctx, own.Client, ns))
+	localFooIn(t, own.Client, ns)
+	_, err := harness.CreateMirror(ctx, own.Client, mirror(ns, "west", true))
+	must(t, err)
+	harness.RunHelm(t, helms(t)["helm4"], own, "install", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global", "--create-namespace",
+		"--set", "image.repository="+imageRepository)
+	cm, err := own.Client.CoreV1().ConfigMaps("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
+	must(t, err)
+	if c := cm.Data["Corefile"]; strings.Contains(c, "\n        cluster ") {
+		t.Errorf("the default Corefile names the cluster:\n%s", c)
+	}
+
+	unnamed := startRelease(t, own, "coredns-global", "coredns-global", 1)[0]
+	eventually(t, "the default name", func() error {
+		if err := explains(t, unnamed, "global.", dns.RcodeSuccess, "cluster=local named-by=default"); err != nil {
+			return err
+		}
+		if m := metric(t, unnamed, "coredns_global_cluster_unnamed"); m != "1" {
+			return fmt.Errorf("coredns_global_cluster_unnamed %q", m)
+		}
+		if !strings.Contains(unnamed.Logs(), "names no cluster") {
+			return errors.New("no warning")
+		}
+		return nil
+	})
+	must(t, expect(t, unnamed, "foo-0.local.foo.db.global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10"))
+
+	must(t, own.InstallTopologyCRDs(ctx))
+	dyn, err := dynamic.NewForConfig(own.Config)
+	must(t, err)
+	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
+	named := startRelease(t, own, "coredns-global", "coredns-global", 1)[0]
+	eventually(t, "the ClusterProperty's name", func() error {
+		if err := explains(t, named, "global.", dns.RcodeSuccess, "cluster=east named-by=clusterproperty"); err != nil {
+			return err
+		}
+		if m := metric(t, named, "coredns_global_cluster_unnamed"); m != "0" {
+			return fmt.Errorf("coredns_global_cluster_unnamed %q", m)
+		}
+		return nil
+	})
+	must(t, expect(t, named, "foo-0.east.foo.db.global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10"))
+}
