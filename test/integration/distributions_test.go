@@ -162,7 +162,9 @@ func TestForwardingOnEveryDistribution(t *testing.T) {
 	localFoo(t, ns)
 	_, err := harness.CreateMirror(context.Background(), client(), mirror(ns, "west", true, true))
 	must(t, err)
-	plugin := harness.StartCoreDNS(t, cp, "global:{{.Port}} {\n    global\n}\n", harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "KUBERNETES_SERVICE_HOST="))
+	// DNS only, in this namespace: the shared control plane's other namespaces are other tests'.
+	plugin := harness.StartCoreDNS(t, cp, "global:{{.Port}} {\n    global {\n        namespaces "+ns+"\n        endpointslices off\n    }\n}\n",
+		harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "KUBERNETES_SERVICE_HOST="))
 	qname := "foo." + ns + ".global."
 	eventually(t, "the plugin's answer", func() error { return answers(t, plugin, qname, 4) })
 
