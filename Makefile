@@ -12,7 +12,12 @@ LDFLAGS := -s -w -X github.com/coredns/coredns/coremain.GitCommit=$(VERSION)
 K8S_VERSION  := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" {print $$3}' test/controlplane/kube/go.mod)
 ETCD_VERSION := $(shell awk '$$1 == "require" && $$2 == "go.etcd.io/etcd/server/v3" {print $$3}' test/controlplane/etcd/go.mod)
 CACHE_HOME   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
-CONTROLPLANE ?= $(CACHE_HOME)/globaldns/controlplane/kubernetes-$(K8S_VERSION)_etcd-$(ETCD_VERSION)
+# The Kubernetes binaries report their release, as released builds do (/version: Helm checks a
+# chart's kubeVersion against it); "_r2" in the cache key is that recipe.
+K8S_MINOR    := $(word 2,$(subst ., ,$(K8S_VERSION)))
+K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) -X k8s.io/component-base/version.gitMajor=1 \
+	-X k8s.io/component-base/version.gitMinor=$(K8S_MINOR) -X k8s.io/component-base/version.gitTreeState=clean
+CONTROLPLANE ?= $(CACHE_HOME)/globaldns/controlplane/kubernetes-$(K8S_VERSION)_etcd-$(ETCD_VERSION)_r2
 # promtool checks and unit-tests deploy/monitoring's alerting rules; pinned like the control plane,
 # built without the cloud service discoveries (remove_all_sd): 1.5 minutes cold instead of 8.
 PROM_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/prometheus/prometheus" {print $$3}' test/tools/promtool/go.mod)
@@ -79,7 +84,7 @@ $(CONTROLPLANE)/etcd:
 
 $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl:
 	@mkdir -p $(@D)
-	cd test/controlplane/kube && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
+	cd test/controlplane/kube && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
 	mv $@.tmp $@
 
 helm: $(HELM3) $(HELM4)

@@ -43,7 +43,8 @@ func TestFirstDay(t *testing.T) {
 	tarball, err := harness.Built(harness.EnvImageTar, "image")
 	must(t, err)
 	install := docCommand(t, doc, "helm install coredns-global ")
-	rendered := harness.RunHelm(t, helm, nil, append([]string{"template"}, slices.DeleteFunc(slices.Clone(install[1:]), func(a string) bool { return a == "--create-namespace" })...)...)
+	template := append([]string{"template"}, slices.DeleteFunc(slices.Clone(install[1:]), func(a string) bool { return a == "--create-namespace" })...)
+	rendered := harness.RunHelm(t, helm, nil, append(template, "--kube-version", strings.TrimPrefix(kubernetesVersion(t), "v"))...)
 	ctr := as[appsv1.Deployment](t, objectsOf(t, rendered)["Deployment/coredns-global"]).Spec.Template.Spec.Containers[0]
 	if ref := imageName(t, tarball); ctr.Image != ref || ctr.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("the install command runs %s (%s); make image built %s", ctr.Image, ctr.ImagePullPolicy, ref)
