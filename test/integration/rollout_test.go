@@ -3,6 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +43,14 @@ func TestHARollout(t *testing.T) {
 	}
 	harness.RunKubectl(t, own, text, "apply", "-f", "-", "--server-side", "--namespace", ns)
 	go playKubelets(ctx, t, c, ns)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"kube-scheduler", "kube-controller-manager"} {
+				b, _ := os.ReadFile(filepath.Join(own.Dir, name+".log"))
+				t.Logf("the end of %s.log:\n%s", name, b[max(0, len(b)-3000):])
+			}
+		}
+	})
 
 	eventuallyLong(t, "the first rollout", rolledOut(ctx, c, ns, name, replicas))
 	onNodes := func() error {
@@ -90,7 +101,10 @@ func TestHARollout(t *testing.T) {
 	}
 }
 
-// createSchedulableNode creates a Ready Node with room for a few pods, as a kubelet registers it.
+// createSchedulableNode creates a Ready Node with room for a few pods, as a kubelet registers it,
+// without the not-ready taint the API server's TaintNodesByCondition admission gives a new Node: the
+// node lifecycle controller takes it off a Ready Node (that controller is not run here: it would
+// taint these Nodes, whose kubelets send no heartbeats, unreachable).
 func createSchedulableNode(ctx context.Context, c kubernetes.Interface, name, zone string) error {
 	if err := harness.CreateNode(ctx, c, harness.Node{Name: name, Zone: zone, Region: "us-east-1"}); err != nil {
 		return err
@@ -101,7 +115,11 @@ func createSchedulableNode(ctx context.Context, c kubernetes.Interface, name, zo
 	}
 	node.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
 	node.Status.Allocatable = node.Status.Capacity
-	_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	if node, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+	_, err = c.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	return err
 }
 
@@ -153,7 +171,13 @@ func rolledOut(ctx context.Context, c kubernetes.Interface, ns, name string, rep
 			var pods []string
 			if l, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
 				for _, p := range l.Items {
-					pods = append(pods, fmt.Sprintf("%s@%s:%s", p.Name, p.Spec.NodeName, p.Status.Phase))
+					pod := fmt.Sprintf("%s@%s:%s", p.Name, p.Spec.NodeName, p.Status.Phase)
+					for _, cond := range p.Status.Conditions {
+						if cond.Type == corev1.PodScheduled && cond.Status != corev1.ConditionTrue {
+							pod += " (" + cond.Message + ")"
+						}
+					}
+					pods = append(pods, pod)
 				}
 			}
 			return fmt.Errorf("generation %d observed %d, replicas %d updated %d available %d; pods %s",
