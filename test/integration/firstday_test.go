@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
@@ -50,7 +51,7 @@ func TestFirstDay(t *testing.T) {
 		t.Errorf("the install command runs %s (%s); make image built %s", ctr.Image, ctr.ImagePullPolicy, ref)
 	}
 
-	// The mesh: this cluster's exported StatefulSet foo, and west's, mirrored.
+	// The mesh: this cluster's exported StatefulSet foo (two pods ready, one not), and west's, mirrored.
 	const ns = "db"
 	must(t, harness.EnsureNamespace(ctx, admin, ns))
 	localFooIn(t, admin, ns)
@@ -62,7 +63,7 @@ func TestFirstDay(t *testing.T) {
 	harness.RunHelm(t, helm, own, install...)
 	replicas := startRelease(t, own, "coredns-global", "coredns-global", 1)
 	eventually(t, "the answers of the installed release", func() error { return answers(t, replicas[0], "foo.db.global.", 4) })
-	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2}) })
+	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 3, "west": 2}) })
 	role, err := admin.RbacV1().ClusterRoles().Get(ctx, "coredns-global-write", metav1.GetOptions{})
 	must(t, err)
 	written, err := admin.CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
@@ -79,7 +80,7 @@ func TestFirstDay(t *testing.T) {
 		!slices.Contains(d.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "CLUSTER_NAME", Value: "east"}) {
 		t.Errorf("upgraded: replicas %d, strategy %+v, env %+v", *d.Spec.Replicas, d.Spec.Strategy, d.Spec.Template.Spec.Containers[0].Env)
 	}
-	replicas[0].Stop()
+	stopAll(replicas...)
 	replicas = startRelease(t, own, "coredns-global", "coredns-global", 3)
 	for _, c := range replicas {
 		eventually(t, "the answers of the upgraded release", func() error { return answers(t, c, "foo.db.global.", 4) })
@@ -88,9 +89,7 @@ func TestFirstDay(t *testing.T) {
 
 	// Uninstall: the writer's objects go with the release; nothing else does.
 	harness.RunHelm(t, helm, own, docCommand(t, doc, "helm uninstall coredns-global ")...)
-	for _, c := range replicas { // the kubelet stops the pods
-		c.Stop()
-	}
+	stopAll(replicas...) // the kubelet stops the pods
 	leftNothing(t, own, doc)
 	if got := foreignVersions(ctx, t, own, ns); !maps.Equal(got, foreign) {
 		t.Errorf("objects not ours changed: %v, were %v", got, foreign)
@@ -106,15 +105,22 @@ func TestFirstDay(t *testing.T) {
 	for _, c := range replicas {
 		eventually(t, "the answers of the kustomization", func() error { return answers(t, c, "foo.db.global.", 4) })
 	}
-	eventually(t, "the slices written under kustomize", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2}) })
+	eventually(t, "the slices written under kustomize", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 3, "west": 2}) })
 	harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl delete -k ")...)
-	for _, c := range replicas {
-		c.Stop()
-	}
+	stopAll(replicas...)
 	leftNothing(t, own, doc)
 	if got := foreignVersions(ctx, t, own, ns); !maps.Equal(got, foreign) {
 		t.Errorf("objects not ours changed: %v, were %v", got, foreign)
 	}
+}
+
+// stopAll stops cs at once, as a kubelet stops a Deployment's pods: each takes its lameduck.
+func stopAll(cs ...*harness.CoreDNS) {
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(c.Stop)
+	}
+	wg.Wait()
 }
 
 // leftNothing waits until install.md's check finds nothing the writer wrote.
