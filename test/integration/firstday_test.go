@@ -96,10 +96,7 @@ func TestFirstDay(t *testing.T) {
 	}
 
 	// kustomize: the cluster named by its ClusterProperty, as install.md says for deploy/base.
-	must(t, own.InstallTopologyCRDs(ctx))
-	dyn, err := dynamic.NewForConfig(own.Config)
-	must(t, err)
-	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
+	nameCluster(t, own, "east", "west")
 	harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl apply -k ")...)
 	replicas = startRelease(t, own, "coredns-global", "coredns-global", 2)
 	for _, c := range replicas {
@@ -111,6 +108,22 @@ func TestFirstDay(t *testing.T) {
 	leftNothing(t, own, doc)
 	if got := foreignVersions(ctx, t, own, ns); !maps.Equal(got, foreign) {
 		t.Errorf("objects not ours changed: %v, were %v", got, foreign)
+	}
+}
+
+// nameCluster names cp's cluster name with its ClusterProperty, and creates the Links of the linked
+// clusters, as Linkerd has them: with the Link CRD installed (it comes with the ClusterProperty's
+// here), the plugin answers only the mirrors a Link names.
+func nameCluster(t *testing.T, cp *harness.ControlPlane, name string, linked ...string) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, cp.InstallTopologyCRDs(ctx))
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	must(t, err)
+	must(t, harness.SetClusterProperty(ctx, dyn, name))
+	must(t, harness.EnsureNamespace(ctx, cp.Client, "linkerd-multicluster"))
+	for _, cluster := range linked {
+		must(t, harness.ApplyLink(ctx, dyn, "linkerd-multicluster", cluster, nil))
 	}
 }
 
@@ -210,10 +223,7 @@ func TestClusterNameDefault(t *testing.T) {
 	})
 	must(t, expect(t, unnamed, "foo-0.local.foo.db.global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10"))
 
-	must(t, own.InstallTopologyCRDs(ctx))
-	dyn, err := dynamic.NewForConfig(own.Config)
-	must(t, err)
-	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
+	nameCluster(t, own, "east", "west")
 	named := startRelease(t, own, "coredns-global", "coredns-global", 1)[0]
 	eventually(t, "the ClusterProperty's name", func() error {
 		if err := explains(t, named, "global.", dns.RcodeSuccess, "cluster=east named-by=clusterproperty"); err != nil {

@@ -20,7 +20,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -40,10 +39,7 @@ func TestHA(t *testing.T) {
 	corefileText := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
 	const deployNS = "coredns-global"
 	// The Corefile names no cluster: the ClusterProperty does, as install.md tells kustomize users.
-	must(t, cp.InstallTopologyCRDs(ctx))
-	dyn, err := dynamic.NewForConfig(cp.Config)
-	must(t, err)
-	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
+	nameCluster(t, cp, "east", "west", "north", "south")
 
 	// The ServiceAccount's own token: every replica has exactly the rendered RBAC.
 	tr, err := admin.CoreV1().ServiceAccounts(deployNS).CreateToken(ctx, "coredns-global",
