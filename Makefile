@@ -31,6 +31,7 @@ HELM4 ?= $(CACHE_HOME)/globaldns/tools/helm-$(HELM4_VERSION)/helm
 # The tests and the demo find the binaries through these.
 export GLOBAL_CONTROLPLANE_BIN := $(CONTROLPLANE)
 export GLOBAL_COREDNS_BIN      := $(CURDIR)/bin/coredns
+export GLOBAL_CLI_BIN          := $(CURDIR)/bin/linkerd-global
 export GLOBAL_IMAGE_TAR        := $(CURDIR)/bin/coredns-global.oci.tar
 export GLOBAL_PROMTOOL_BIN     := $(PROMTOOL)
 export GLOBAL_HELM3_BIN        := $(HELM3)
@@ -42,7 +43,7 @@ TEST_TIMEOUT ?= 45m
 all: build
 
 help:
-	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global)"
+	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global) and bin/linkerd-global (the Linkerd extension CLI)"
 	@echo "make image         build $(IMAGE) for linux/amd64 and linux/arm64 into bin/coredns-global.oci.tar"
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
 	@echo "make test          vet, unit and integration tests (builds the control plane, Helm and promtool once)"
@@ -52,8 +53,12 @@ help:
 	@echo "make promtool      build promtool $(PROM_VERSION) (Prometheus) into $(PROMTOOL)"
 	@echo "make controlplane  build etcd $(ETCD_VERSION), kube-apiserver, kube-controller-manager, kube-scheduler and kubectl $(K8S_VERSION) into $(CONTROLPLANE)"
 
+# bin/linkerd-global, the Linkerd extension CLI (`linkerd global`), is a module of its own
+# (deploy/linkerd-global): Helm's rendering libraries and cobra stay out of the plugin's build. Its
+# version is the plugin's build string, so `linkerd global check` can compare the two.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/coredns ./coredns
+	cd deploy/linkerd-global && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o $(GLOBAL_CLI_BIN) .
 
 # The image, without Docker: deploy/image (a module of its own) puts the two static builds into a
 # multi-arch OCI image layout tarball, reproducibly (every timestamp is SOURCE_DATE_EPOCH, by
@@ -106,11 +111,13 @@ vet:
 	@unformatted=$$(gofmt -l coredns plugin test deploy); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	cd deploy/image && $(GO) vet ./...
+	cd deploy/linkerd-global && $(GO) vet ./...
 
 test: build image controlplane helm promtool vet dig
 	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd deploy/image && $(GO) test -count=1 ./...
+	cd deploy/linkerd-global && $(GO) test -count=1 ./...
 
 # The soak: TestRandomHistory's history and faults, one after another, under about 2,000 queries a second,
 # for SOAK (a Go duration), reported into docs/soak.md. SOAKFLAGS passes more (-seed N).

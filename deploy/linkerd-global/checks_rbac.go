@@ -1,0 +1,169 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// access is one thing the plugin does through the API.
+type access struct {
+	verb, group, resource, namespace, name string
+}
+
+func (a access) String() string {
+	r := a.resource
+	if a.group != "" {
+		r += "." + a.group
+	}
+	if a.name != "" {
+		r += " " + a.name
+	}
+	if a.namespace == "" {
+		return a.verb + " " + r + " (all namespaces)"
+	}
+	return a.verb + " " + r + " in " + a.namespace
+}
+
+// each is access of every verb on resource of group, in each of namespaces ("" for all).
+func each(namespaces []string, group, resource string, verbs ...string) []access {
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	var out []access
+	for _, ns := range namespaces {
+		for _, v := range verbs {
+			out = append(out, access{verb: v, group: group, resource: resource, namespace: ns})
+		}
+	}
+	return out
+}
+
+// needs is what the plugin does with the options c (docs/rbac.md): its reads, and with the writer
+// its writes and its Lease.
+func (c *pluginConfig) needs() []access {
+	out := append(each(c.namespaces, "", "services", "list", "watch"), each(c.namespaces, "discovery.k8s.io", "endpointslices", "list", "watch")...)
+	if !c.writer {
+		return out
+	}
+	out = append(out, each(c.namespaces, "", "services", "get", "create", "update", "delete")...)
+	out = append(out, each(c.namespaces, "discovery.k8s.io", "endpointslices", "get", "create", "update", "delete")...)
+	out = append(out, each(c.namespaces, "", "events", "create", "patch")...)
+	if c.serviceImports {
+		out = append(out, each(c.namespaces, "multicluster.x-k8s.io", "serviceimports", "get", "list", "watch", "create", "update", "delete")...)
+	}
+	return append(out,
+		access{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: c.leaseNamespace},
+		access{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: c.leaseNamespace, name: c.leaseName},
+		access{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: c.leaseNamespace, name: c.leaseName})
+}
+
+// topologyReads are the optional reads of the topology the Corefile leaves out.
+var topologyReads = append(append(each(nil, "about.k8s.io", "clusterproperties", "list", "watch"),
+	each(nil, "multicluster.linkerd.io", "links", "list", "watch")...), each(nil, "", "nodes", "list", "watch")...)
+
+func (hc *healthChecker) checkRBAC(ctx context.Context) error {
+	return hc.mayAll(ctx, hc.in.config.needs())
+}
+
+func (hc *healthChecker) checkTopologyRBAC(ctx context.Context) error {
+	return hc.mayAll(ctx, topologyReads)
+}
+
+// mayAll asks the API server, in a SubjectAccessReview per access, whether the installation's
+// ServiceAccount may do each of as: the authorizer's answer, whatever the roles' shape.
+func (hc *healthChecker) mayAll(ctx context.Context, as []access) error {
+	sa := hc.in.deploy.Spec.Template.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	ns := hc.ns
+	var denied []string
+	for _, a := range as {
+		r, err := hc.k.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + ns + ":" + sa,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace, Name: a.name},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("ask whether ServiceAccount %s/%s may %s: %w", ns, sa, a, err)
+		}
+		if !r.Status.Allowed {
+			denied = append(denied, a.String())
+		}
+	}
+	if len(denied) > 0 {
+		return fmt.Errorf("ServiceAccount %s/%s may not:\n%s", ns, sa, strings.Join(denied, "\n"))
+	}
+	return nil
+}
+
+// checkCanCreate asks, for the CLI's user, whether it may create every kind the chart renders.
+func (hc *healthChecker) checkCanCreate(ctx context.Context) error {
+	ns := cmp.Or(hc.flags.namespace, defaultNamespace)
+	objs, err := render(valueOptions{}, ns)
+	if err != nil {
+		return err
+	}
+	var denied []string
+	seen := map[string]bool{}
+	for _, o := range objs {
+		a := creation(o.kind, ns)
+		if seen[a.String()] {
+			continue
+		}
+		seen[a.String()] = true
+		r, err := hc.k.client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !r.Status.Allowed {
+			denied = append(denied, a.String())
+		}
+	}
+	if len(denied) > 0 {
+		return errors.New("you may not:\n" + strings.Join(denied, "\n"))
+	}
+	return nil
+}
+
+// creation is the access that creates an object of kind in ns.
+func creation(kind, ns string) access {
+	resources := map[string][2]string{
+		"Namespace": {"", "namespaces"}, "ClusterRole": {"rbac.authorization.k8s.io", "clusterroles"},
+		"ClusterRoleBinding": {"rbac.authorization.k8s.io", "clusterrolebindings"}, "PriorityClass": {"scheduling.k8s.io", "priorityclasses"},
+		"ServiceAccount": {"", "serviceaccounts"}, "ConfigMap": {"", "configmaps"}, "Service": {"", "services"},
+		"Deployment": {"apps", "deployments"}, "Role": {"rbac.authorization.k8s.io", "roles"},
+		"RoleBinding": {"rbac.authorization.k8s.io", "rolebindings"}, "PodDisruptionBudget": {"policy", "poddisruptionbudgets"},
+		"ServiceMonitor": {"monitoring.coreos.com", "servicemonitors"}, "PrometheusRule": {"monitoring.coreos.com", "prometheusrules"},
+	}
+	r := resources[kind]
+	if clusterScoped[kind] {
+		ns = ""
+	}
+	return access{verb: "create", group: r[0], resource: r[1], namespace: ns}
+}
+
+func (hc *healthChecker) checkClusterDNSExists(ctx context.Context) error {
+	ns, name, _ := strings.Cut(hc.opts.clusterDNS, "/")
+	_, err := hc.k.client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if isNotFound(err) {
+		return fmt.Errorf("no Service %s: name the cluster DNS's with --cluster-dns, and forward the zone from it after installing", hc.opts.clusterDNS)
+	}
+	return err
+}
+
+func (hc *healthChecker) checkLinkCRD(ctx context.Context) error {
+	_, err := hc.k.client.Discovery().ServerResourcesForGroupVersion("multicluster.linkerd.io/" + linkVersions[0])
+	if isNotFound(err) {
+		return errors.New("the API serves no multicluster.linkerd.io Links: install Linkerd's multicluster extension to link clusters")
+	}
+	return err
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// objects parses rendered manifests.
+func objects(t *testing.T, ms []manifest) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, m := range ms {
+		var o map[string]any
+		if err := yaml.Unmarshal([]byte(m.text), &o); err != nil {
+			t.Fatalf("%s %s: %v\n%s", m.kind, m.name, err, m.text)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// TestRenderPlacesEveryObject: with every optional object on, each rendered kind has a known scope,
+// each namespaced object is in the namespace, the labelled Namespace comes first, and the values
+// reach the Corefile.
+func TestRenderPlacesEveryObject(t *testing.T) {
+	ms, err := render(valueOptions{ha: true, values: []string{"clusterName=east,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true"},
+		jsonValues: []string{`localities={"west":{"zone":"us-east-1b"}}`}}, "dns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for i, o := range objects(t, ms) {
+		meta := o["metadata"].(map[string]any)
+		kind := o["kind"].(string)
+		kinds[kind] = true
+		switch {
+		case i == 0:
+			if kind != "Namespace" || meta["name"] != "dns" || meta["labels"].(map[string]any)[extensionLabel] != extensionName {
+				t.Errorf("first object: %v", o)
+			}
+		case clusterScoped[kind]:
+			if meta["namespace"] != nil {
+				t.Errorf("%s %s has a namespace", kind, meta["name"])
+			}
+		case meta["namespace"] != "dns":
+			t.Errorf("%s %s: namespace %v", kind, meta["name"], meta["namespace"])
+		}
+		if labels, _ := meta["labels"].(map[string]any); labels["app.kubernetes.io/managed-by"] != managedBy || labels["app.kubernetes.io/part-of"] != partOf {
+			t.Errorf("%s %s: labels %v", kind, meta["name"], labels)
+		}
+	}
+	for _, k := range []string{"PriorityClass", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ClusterRole", "Deployment"} {
+		if !kinds[k] {
+			t.Errorf("no %s rendered: %v", k, kinds)
+		}
+	}
+	cm := ms[slices.IndexFunc(ms, func(m manifest) bool { return m.kind == "ConfigMap" && m.name == "coredns-global" })]
+	if !strings.Contains(cm.text, "locality west zone=us-east-1b") || !strings.Contains(cm.text, "# No `cache`") {
+		t.Errorf("the Corefile lacks the locality or the chart's comments:\n%s", cm.text)
+	}
+}
+
+// TestRenderRefusesBadValues: the chart's schema answers, as it does to Helm.
+func TestRenderRefusesBadValues(t *testing.T) {
+	if _, err := render(valueOptions{values: []string{"replicas=0"}}, "dns"); err == nil || !strings.Contains(err.Error(), "replicas") {
+		t.Errorf("replicas=0: %v", err)
+	}
+}
+
+func TestValuesFilesMergeInHelmsOrder(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(dir+"/a.yaml", []byte("replicas: 2\nwriter: {enabled: false}\n"), 0o644))
+	must(t, os.WriteFile(dir+"/b.yaml", []byte("writer: {serviceImports: false}\n"), 0o644))
+	v, err := valueOptions{files: []string{dir + "/a.yaml", dir + "/b.yaml"}, values: []string{"replicas=3"}, stringValues: []string{"clusterName=007"}}.merge(nil)
+	must(t, err)
+	w := v["writer"].(map[string]any)
+	if v["replicas"] != int64(3) || w["enabled"] != false || w["serviceImports"] != false || v["clusterName"] != "007" {
+		t.Errorf("merged values: %v", v)
+	}
+}
+
+func TestGlobalConfig(t *testing.T) {
+	c, err := globalConfig("Corefile", `global:5353 clusterset.local:5353 {
+    ready :8181
+    global {
+        cluster {$CLUSTER_NAME}
+        locality east zone=us-east-1a region=us-east-1
+        topology region
+        endpointslices off
+        lease dns writer
+        namespaces db web
+    }
+}
+`)
+	must(t, err)
+	if !slices.Equal(c.zones, []string{"global.", "clusterset.local."}) || c.writer || c.leaseNamespace != "dns" || c.leaseName != "writer" ||
+		!slices.Equal(c.namespaces, []string{"db", "web"}) || c.localities["east"][zoneKey] != "us-east-1a" || !slices.Equal(c.topology, []string{regionKey}) {
+		t.Errorf("%+v", c)
+	}
+	c, err = globalConfig("Corefile", ".:53 {\n    global near.global global\n}\n")
+	must(t, err)
+	if !slices.Equal(c.zones, []string{"near.global.", "global."}) || !c.writer || c.leaseName != defaultLeaseName {
+		t.Errorf("%+v", c)
+	}
+	if _, err := globalConfig("Corefile", ".:53 {\n    forward . 1.1.1.1\n}\n"); err == nil {
+		t.Error("a Corefile without the plugin parses")
+	}
+}
+
+// TestNodeLocalForwards reads NodeLocal DNSCache's own Corefile (kubernetes
+// cluster/addons/dns/nodelocaldns/nodelocaldns.yaml), with and without a block for the zone.
+func TestNodeLocalForwards(t *testing.T) {
+	const stock = `cluster.local:53 {
+    errors
+    cache {
+            success 9984 30
+            denial 9984 5
+    }
+    reload
+    loop
+    bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__
+    forward . __PILLAR__CLUSTER__DNS__ {
+            force_tcp
+    }
+    prometheus :9253
+    health __PILLAR__LOCAL__DNS__:8080
+    }
+.:53 {
+    errors
+    cache 30
+    reload
+    loop
+    bind __PILLAR__LOCAL__DNS__ __PILLAR__DNS__SERVER__
+    forward . __PILLAR__UPSTREAM__SERVERS__
+    prometheus :9253
+    }
+`
+	for _, c := range []struct {
+		extra, zone, says string
+	}{
+		{"", "global.", "no server block"},
+		{"global:53 {\n    forward . 10.96.12.34\n}\n", "global.", ""},
+		{"global:53 {\n    forward . 10.96.12.34\n}\n", "near.global.", ""},
+		{"global:53 {\n    cache 30\n}\n", "global.", "does not forward"},
+		{"global:53 {\n    forward . /etc/resolv.conf\n}\n", "global.", "upstream"},
+		{"global:53 {\n    forward . 10.96.12.34\n}\n", "clusterset.local.", "no server block"},
+	} {
+		blocks, err := parseCorefile("Corefile", stock+c.extra)
+		must(t, err)
+		got := nodeLocalForwards(blocks, c.zone)
+		if (c.says == "") != (got == "") || !strings.Contains(got, c.says) {
+			t.Errorf("%q for %s: %q, want %q", c.extra, c.zone, got, c.says)
+		}
+	}
+}
+
+func TestParseLine(t *testing.T) {
+	l := parseLine("exists=false: no global service db/nope")
+	if len(l) != 1 || l.get("exists") != "false: no global service db/nope" {
+		t.Errorf("%q", l)
+	}
+	l = parseLine("synced=true services=2 version=1.15.0+abc future=x")
+	if l.get("services") != "2" || l.get("version") != "1.15.0+abc" || l.get("future") != "x" || l.has("nope") {
+		t.Errorf("%q", l)
+	}
+}
+
+// TestCheckOutput: the table as linkerd check prints it, and JSON as it parses it; a warning
+// leaves success true, a fatal failure stops the run, a skipped check is not listed.
+func TestCheckOutput(t *testing.T) {
+	cats := []category{
+		{"one", []checker{
+			{description: "passes", check: func(context.Context) error { return nil }},
+			{description: "skipped", check: func(context.Context) error { return errSkip }},
+			{description: "warns", hintAnchor: "w", warning: true, check: func(context.Context) error { return errors.New("careful") }},
+		}},
+		{"two", []checker{{description: "fails", hintAnchor: "f", fatal: true, check: func(context.Context) error { return errors.New("broken\nsecond line") }}}},
+		{"three", []checker{{description: "never runs", check: func(context.Context) error { return nil }}}},
+	}
+	var b bytes.Buffer
+	if runChecks(t.Context(), &b, tableOutput, time.Now(), cats) {
+		t.Error("success")
+	}
+	want := "one\n---\n√ passes\n‼ warns\n    careful\n    see " + hintBase + "w for hints\n\ntwo\n---\n× fails\n    broken\n    second line\n    see " + hintBase + "f for hints\n\nStatus check results are ×\n"
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	runChecks(t.Context(), &b, jsonOutput, time.Now(), cats[:1])
+	var out checkOutput
+	must(t, json.Unmarshal(b.Bytes(), &out))
+	if !out.Success || len(out.Categories) != 1 || len(out.Categories[0].Checks) != 2 || out.Categories[0].Checks[1].Result != "warning" {
+		t.Errorf("json:\n%s", b.String())
+	}
+}
+
+// TestHintsHaveSections: every check's hint is a section of docs/troubleshooting.md, whose
+// heading is the anchor alone (GitHub's anchor is the heading's text).
+func TestHintsHaveSections(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/troubleshooting.md")
+	must(t, err)
+	hc := &healthChecker{flags: &globalFlags{}, opts: &checkOptions{}}
+	for _, cat := range append(hc.categories(), hc.preCategories()...) {
+		for _, c := range cat.checkers {
+			if !regexp.MustCompile("(?m)^#+ `" + regexp.QuoteMeta(c.hintAnchor) + "`$").Match(doc) {
+				t.Errorf("%s: docs/troubleshooting.md has no heading `%s`", c.description, c.hintAnchor)
+			}
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

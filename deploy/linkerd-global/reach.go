@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+)
+
+// queryTimeout bounds one DNS exchange or metrics scrape.
+const queryTimeout = 10 * time.Second
+
+// reacher reaches a port of a pod from where the CLI runs: through a port-forward, as `linkerd viz`
+// reaches its pods (linkerd2 pkg/k8s/portforward.go), or at the pod's IP with --direct-pods.
+type reacher struct {
+	k      *kube
+	direct bool
+}
+
+// open returns a host:port that reaches port of pod, and what to call when done with it.
+func (r reacher) open(ctx context.Context, pod *corev1.Pod, port int) (string, func(), error) {
+	if pod.Status.PodIP == "" {
+		return "", nil, fmt.Errorf("pod %s has no IP", pod.Name)
+	}
+	if r.direct {
+		return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)), func() {}, nil
+	}
+	transport, upgrader, err := spdy.RoundTripperFor(r.k.config)
+	if err != nil {
+		return "", nil, err
+	}
+	req := r.k.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("portforward")
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, req.URL())
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"localhost"}, []string{"0:" + strconv.Itoa(port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		return "", nil, err
+	}
+	failed := make(chan error, 1)
+	go func() { failed <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-failed:
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	case <-ctx.Done():
+		close(stop)
+		return "", nil, ctx.Err()
+	}
+	ports, err := fw.GetPorts()
+	if err != nil || len(ports) == 0 {
+		close(stop)
+		return "", nil, fmt.Errorf("port-forward to pod %s/%s: no local port: %v", pod.Namespace, pod.Name, err)
+	}
+	return net.JoinHostPort("localhost", strconv.Itoa(int(ports[0].Local))), func() { close(stop) }, nil
+}
+
+// containerPort is pod's port named one of names (TCP), else def.
+func containerPort(pod *corev1.Pod, def int, names ...string) int {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			for _, n := range names {
+				if p.Name == n && p.Protocol != corev1.ProtocolUDP {
+					return int(p.ContainerPort)
+				}
+			}
+		}
+	}
+	return def
+}
+
+// exchange sends m to addr over TCP: explanations rarely fit a UDP answer, and a port-forward
+// carries only TCP.
+func exchange(ctx context.Context, addr string, m *dns.Msg) (*dns.Msg, error) {
+	c := &dns.Client{Net: "tcp", Timeout: queryTimeout}
+	r, _, err := c.ExchangeContext(ctx, m, addr)
+	return r, err
+}
+
+// explanation asks addr for the CH TXT explanation of name: its rcode and its lines.
+func explanation(ctx context.Context, addr, name string) (int, []line, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeTXT)
+	m.Question[0].Qclass = dns.ClassCHAOS
+	m.SetEdns0(dns.MaxMsgSize, false)
+	r, err := exchange(ctx, addr, m)
+	if err != nil {
+		return 0, nil, err
+	}
+	var lines []line
+	for _, rr := range r.Answer {
+		if t, ok := rr.(*dns.TXT); ok {
+			lines = append(lines, parseLine(strings.Join(t.Txt, "")))
+		}
+	}
+	return r.Rcode, lines, nil
+}
+
+// field is one key=value word of an explanation.
+type field struct{ key, value string }
+
+// line is one TXT string of an explanation, its fields in order.
+type line []field
+
+// parseLine reads the key=value words of s, leniently: a word without = belongs to the value
+// before it (`exists=false: no global service db/nope`), so new keys and prose both parse.
+func parseLine(s string) line {
+	var l line
+	for _, w := range strings.Fields(s) {
+		k, v, ok := strings.Cut(w, "=")
+		switch {
+		case ok && k != "":
+			l = append(l, field{key: k, value: v})
+		case len(l) == 0:
+			l = append(l, field{value: w})
+		default:
+			l[len(l)-1].value += " " + w
+		}
+	}
+	return l
+}
+
+// get returns the value of key, "" without it.
+func (l line) get(key string) string {
+	for _, f := range l {
+		if f.key == key {
+			return f.value
+		}
+	}
+	return ""
+}
+
+func (l line) has(key string) bool {
+	for _, f := range l {
+		if f.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// scrape returns the samples of the metrics at http://addr/metrics whose name starts with prefix,
+// by their line's name and labels: the plugin's few gauges need no exposition-format library.
+func scrape(ctx context.Context, addr, prefix string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, prefix) {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if v, err := strconv.ParseFloat(l[i+1:], 64); i > 0 && err == nil {
+			out[l[:i]] = v
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// clusterStatus is one row of status: a member cluster as one replica sees it.
+type clusterStatus struct {
+	Cluster  string `json:"cluster"`
+	Locality string `json:"locality"`
+	Source   string `json:"source"`         // what gave the locality: corefile, link, nodes, nothing
+	Tier     *int   `json:"tier"`           // from this cluster; nil for a linked cluster without records
+	Alive    *bool  `json:"gatewayAlive"`   // nil for this cluster, whose records need no gateway
+	Services *int   `json:"globalServices"` // nil when unknown (DNS-only)
+	Ready    int    `json:"readyRecords"`
+	NotReady int    `json:"notReadyRecords"` // not ready, terminating, or behind a gateway that is down
+}
+
+func newStatusCmd(f *globalFlags) *cobra.Command {
+	var output, dnsAddr string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Args:  cobra.NoArgs,
+		Short: "Show each member cluster: its locality, tier, gateway and records",
+		Long: `Show each cluster of the mesh as a replica sees it (dig CH TXT <zone>): its locality and
+where that came from, its tier from this cluster, whether Linkerd's gateway to it is alive, its
+global services and its ready records. Linked clusters without records yet are listed from their Links.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != tableOutput && output != jsonOutput {
+				return fmt.Errorf("invalid output type %q: supported output types are table, json", output)
+			}
+			rows, err := status(cmd.Context(), f, dnsAddr)
+			if err != nil {
+				return err
+			}
+			if output == jsonOutput {
+				b, err := json.MarshalIndent(rows, "", "  ")
+				if err == nil {
+					_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
+				}
+				return err
+			}
+			return writeStatus(cmd.OutOrStdout(), rows)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", tableOutput, "Output format. One of: table, json")
+	cmd.Flags().StringVar(&dnsAddr, "dns-addr", "", "Ask the replica answering DNS at host:port (TCP) instead of a pod")
+	return cmd
+}
+
+// status reads one replica's apex explanation, the Links and the written slices into rows.
+func status(ctx context.Context, f *globalFlags, dnsAddr string) ([]clusterStatus, error) {
+	addr, in, stop, err := replicaAddr(ctx, f, dnsAddr)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	_, lines, err := explanation(ctx, addr, in.config.zones[0])
+	if err != nil {
+		return nil, err
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("%s answers no explanation of %s (is `explain off` set?)", addr, in.config.zones[0])
+	}
+	k, err := f.client()
+	if err != nil {
+		return nil, err
+	}
+	services, err := servicesByCluster(ctx, k, in.config.writer)
+	if err != nil {
+		return nil, err
+	}
+	local := lines[0].get("cluster")
+	var rows []clusterStatus
+	for _, l := range lines[1:] {
+		if !l.has("cluster") {
+			continue
+		}
+		rows = append(rows, memberRow(l, local, services))
+	}
+	ls, err := links(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	for _, lk := range ls {
+		if slices.ContainsFunc(rows, func(r clusterStatus) bool { return r.Cluster == lk.cluster }) {
+			continue
+		}
+		row := clusterStatus{Cluster: lk.cluster, Source: "nothing", Locality: "none"}
+		if loc := in.config.locality(lk.cluster, lk.labels); len(loc) > 0 {
+			row.Locality, row.Source = describeLocality(loc), "link"
+			if len(in.config.localities[lk.cluster]) > 0 {
+				row.Source = "corefile"
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// memberRow is the row of an apex member line (cluster=west tier=2 why=... locality=... from=...
+// ready=3 not-ready=0 terminating=0 gateway-down=0).
+func memberRow(l line, local string, services map[string]int) clusterStatus {
+	num := func(k string) int { n, _ := strconv.Atoi(l.get(k)); return n }
+	row := clusterStatus{Cluster: l.get("cluster"), Locality: l.get("locality"), Source: l.get("from"),
+		Ready: num("ready"), NotReady: num("not-ready") + num("terminating") + num("gateway-down")}
+	if t, err := strconv.Atoi(l.get("tier")); err == nil {
+		row.Tier = &t
+	}
+	if row.Cluster != local {
+		alive := num("gateway-down") == 0
+		row.Alive = &alive
+	}
+	if l.has("services") { // a newer plugin says it itself
+		n := num("services")
+		row.Services = &n
+	} else if services != nil {
+		n := services[row.Cluster]
+		row.Services = &n
+	}
+	return row
+}
+
+// servicesByCluster counts the global services with records of each cluster, from the slices the
+// writer wrote (labelled with their source cluster); nil without a writer.
+func servicesByCluster(ctx context.Context, k *kube, writer bool) (map[string]int, error) {
+	if !writer {
+		return nil, nil
+	}
+	const managedBySlices = "global.globaldns.io" // the writer's endpointslice.kubernetes.io/managed-by
+	list, err := k.client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + managedBySlices})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	out := map[string]int{}
+	for _, s := range list.Items {
+		c, svc := s.Labels["globaldns.io/source-cluster"], s.Labels["globaldns.io/global-service"]
+		if key := c + "/" + s.Namespace + "/" + svc; c != "" && !seen[key] {
+			seen[key] = true
+			out[c]++
+		}
+	}
+	return out, nil
+}
+
+// describeLocality writes a locality as the plugin does: zone:a,region:b (keys shortened).
+func describeLocality(loc map[string]string) string {
+	var parts []string
+	for _, k := range sorted(keys(loc)) {
+		short := map[string]string{zoneKey: "zone", regionKey: "region"}[k]
+		parts = append(parts, cmp.Or(short, k)+":"+loc[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func writeStatus(w io.Writer, rows []clusterStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tLOCALITY\tSOURCE\tTIER\tALIVE\tSERVICES\tREADY\tNOT READY")
+	for _, r := range rows {
+		tier, alive, services := "-", "-", "-"
+		if r.Tier != nil {
+			tier = strconv.Itoa(*r.Tier)
+		}
+		if r.Alive != nil {
+			alive = map[bool]string{true: "True", false: "False"}[*r.Alive]
+		}
+		if r.Services != nil {
+			services = strconv.Itoa(*r.Services)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", r.Cluster, r.Locality, r.Source, tier, alive, services, r.Ready, r.NotReady)
+	}
+	return tw.Flush()
+}
