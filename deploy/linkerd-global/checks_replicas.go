@@ -88,7 +88,12 @@ func (hc *healthChecker) checkWarnings(ctx context.Context) error {
 		return err
 	}
 	for _, t := range targets {
-		addr, err := hc.reach(ctx, t.pod, containerPort(t.pod, 9153, "metrics"))
+		port := containerPort(t.pod, 0, "metrics")
+		if port == 0 {
+			problems = append(problems, fmt.Sprintf("%s has no port named metrics", t.name))
+			continue
+		}
+		addr, err := hc.reach(ctx, t.pod, port)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", t.name, err))
 			continue
