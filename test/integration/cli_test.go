@@ -123,7 +123,10 @@ func TestCLICheck(t *testing.T) {
 		createReplicaPod(t, cp, ns, fmt.Sprintf("coredns-global-%d", i), c)
 	}
 	setDeploymentAvailable(t, cp, ns, "coredns-global", 2)
-	kubeDNS(t, cp, stockCoreDNS(t, "global:{{.Port}} {\n    forward . "+replicas[0].Addr+"\n}\n"))
+	// The cluster DNS at the host's own address: an EndpointSlice may not hold a loopback one.
+	host := hostAddr(t)
+	kubeDNS(t, cp, host, stockCoreDNS(t, "global:{{.Port}} {\n    bind 127.0.0.1 "+host+"\n    forward . "+replicas[0].Addr+"\n}\n"))
+	must(t, harness.EnsureNamespace(ctx, cp.Client, "linkerd-multicluster"))
 	must(t, harness.ApplyLink(ctx, dyn, "linkerd-multicluster", "west", map[string]string{"topology.kubernetes.io/zone": "us-east-1b", "topology.kubernetes.io/region": "us-east-1"}))
 	must(t, harness.EnsureNamespace(ctx, cp.Client, "db"))
 	must(t, harness.CreateNode(ctx, cp.Client, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
@@ -331,20 +334,20 @@ func createReplicaPod(t *testing.T, cp *harness.ControlPlane, ns, name string, c
 	if c.MetricsAddr != "" {
 		ports = append(ports, corev1.ContainerPort{Name: "metrics", ContainerPort: int32(portOf(t, c.MetricsAddr)), Protocol: corev1.ProtocolTCP})
 	}
-	createRunningPod(t, cp, ns, name, d.Spec.Selector.MatchLabels, ports)
+	createRunningPod(t, cp, ns, name, "", "127.0.0.1", d.Spec.Selector.MatchLabels, ports)
 }
 
-// createRunningPod creates a Pod with labels and one container with ports, and reports it Running
-// and Ready at 127.0.0.1 through the status subresource, as a kubelet would.
-func createRunningPod(t *testing.T, cp *harness.ControlPlane, ns, name string, labels map[string]string, ports []corev1.ContainerPort) {
+// createRunningPod creates a Pod with labels and one container with ports on node ("": none), and
+// reports it Running and Ready at ip through the status subresource, as a kubelet would.
+func createRunningPod(t *testing.T, cp *harness.ControlPlane, ns, name, node, ip string, labels map[string]string, ports []corev1.ContainerPort) {
 	t.Helper()
 	ctx := context.Background()
 	pod, err := cp.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "coredns", Image: "coredns", Ports: ports}}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "coredns", Image: "coredns", Ports: ports}}},
 	}, metav1.CreateOptions{})
 	must(t, err)
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}},
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 	_, err = cp.Client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	must(t, err)
@@ -381,9 +384,9 @@ func stockCoreDNS(t *testing.T, corefile string) *harness.CoreDNS {
 	return harness.StartCoreDNS(t, nil, corefile)
 }
 
-// kubeDNS makes c the cluster's kube-dns: Service kube-system/kube-dns, as kubeadm names it, with
-// c as its one ready pod.
-func kubeDNS(t *testing.T, cp *harness.ControlPlane, c *harness.CoreDNS) {
+// kubeDNS makes c, listening on ip, the cluster's kube-dns: Service kube-system/kube-dns, as
+// kubeadm names it, with c as its one ready pod.
+func kubeDNS(t *testing.T, cp *harness.ControlPlane, ip string, c *harness.CoreDNS) {
 	t.Helper()
 	labels := map[string]string{"k8s-app": "kube-dns"}
 	_, err := cp.Client.CoreV1().Services("kube-system").Create(context.Background(), &corev1.Service{
@@ -395,7 +398,9 @@ func kubeDNS(t *testing.T, cp *harness.ControlPlane, c *harness.CoreDNS) {
 	}, metav1.CreateOptions{})
 	must(t, err)
 	port := int32(portOf(t, c.Addr))
-	createRunningPod(t, cp, "kube-system", "coredns-0", labels, []corev1.ContainerPort{
+	// On a Node: the EndpointSlice controller leaves out pods on none.
+	must(t, harness.CreateNode(context.Background(), cp.Client, harness.Node{Name: "dns-node", Zone: "us-east-1a", Region: "us-east-1"}))
+	createRunningPod(t, cp, "kube-system", "coredns-0", "dns-node", ip, labels, []corev1.ContainerPort{
 		{Name: "dns", ContainerPort: port, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: port, Protocol: corev1.ProtocolTCP}})
 }
 
