@@ -155,13 +155,15 @@ func TestChartValues(t *testing.T) {
 		"--set", "policy.byZone.global=all,writer.serviceImports=true,replicas=2,service.clusterIP=10.96.0.99",
 		"--set-json", `localities={"east":{"zone":"us-east-1a","region":"us-east-1"},"west":{"zone":"us-east-1b"}}`,
 		"--set", "extraConfig.server=log,extraConfig.plugin=ttl 10",
-		"--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true")
+		"--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
+		"--set", "clientLocality.sources={node,pod},clientLocality.forwarders={kube-system/coredns}")
 	corefile := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
 	for _, line := range []string{
 		"global:5353 clusterset.local:5353 {", "    log\n", "global global clusterset.local {", "cluster {$CLUSTER_NAME}",
 		"locality east region=us-east-1 zone=us-east-1a", "locality west zone=us-east-1b", "names mcs clusterset.local",
 		"policy nearest 2\n", "policy all global\n", "serviceimports on", "        ttl 10\n",
 		"owner clusterroles.rbac.authorization.k8s.io coredns-global-write\n",
+		"client_locality node pod\n", "client_forwarders kube-system/coredns\n",
 	} {
 		if !strings.Contains(corefile, line) {
 			t.Errorf("the Corefile has no %q:\n%s", line, corefile)
@@ -172,6 +174,19 @@ func TestChartValues(t *testing.T) {
 	}
 	// The Corefile starts: CoreDNS takes it, the plugin's own checks included.
 	checkCorefileParses(t, corefile)
+	// client_locality pod reads Pods; without it, nothing does.
+	readsPods := func(objs map[string]*unstructured.Unstructured) bool {
+		rules, _, _ := unstructured.NestedSlice(objs["ClusterRole/coredns-global-read"].Object, "rules")
+		for _, r := range rules {
+			if res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources"); slices.Contains(res, "pods") {
+				return true
+			}
+		}
+		return false
+	}
+	if _, plain := helmTemplate(t, helm); !readsPods(objs) || readsPods(plain) {
+		t.Errorf("Pods read with client_locality pod: %t; without it: %t", readsPods(objs), readsPods(plain))
+	}
 	if ip := objs["Service/coredns-global"].Object["spec"].(map[string]any)["clusterIP"]; ip != "10.96.0.99" {
 		t.Errorf("clusterIP %v", ip)
 	}

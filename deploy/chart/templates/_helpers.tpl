@@ -84,6 +84,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- range $zone, $policy := .Values.policy.byZone }}
         policy {{ $policy }} {{ $zone }}
 {{- end }}
+{{- with .Values.clientLocality.sources }}
+        client_locality {{ join " " . }}
+{{- end }}
+{{- with .Values.clientLocality.forwarders }}
+        client_forwarders {{ join " " . }}
+{{- end }}
 {{- if not .Values.writer.enabled }}
         endpointslices off
 {{- else }}
