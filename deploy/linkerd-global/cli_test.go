@@ -33,7 +33,7 @@ func objects(t *testing.T, ms []manifest) []map[string]any {
 // each namespaced object is in the namespace, the labelled Namespace comes first, and the values
 // reach the Corefile.
 func TestRenderPlacesEveryObject(t *testing.T) {
-	ms, err := render(valueOptions{ha: true, values: []string{"clusterName=east,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true"},
+	ms, err := render(valueOptions{ha: true, values: []string{"image.repository=ghcr.io/globaldns/coredns-global,clusterName=east,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true"},
 		jsonValues: []string{`localities={"west":{"zone":"us-east-1b"}}`}}, "dns")
 	if err != nil {
 		t.Fatal(err)
