@@ -159,7 +159,7 @@ func TestChartValues(t *testing.T) {
 		"--set", "clientLocality.sources={node,pod},clientLocality.forwarders={kube-system/coredns}")
 	corefile := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
 	for _, line := range []string{
-		"global:5353 clusterset.local:5353 {", "    log\n", "global global clusterset.local {", "cluster {$CLUSTER_NAME}",
+		"global:5353 clusterset.local:5353 {", "    bufsize 1232\n", "    log\n", "global global clusterset.local {", "cluster {$CLUSTER_NAME}",
 		"locality east region=us-east-1 zone=us-east-1a", "locality west zone=us-east-1b", "names mcs clusterset.local",
 		"policy nearest 2\n", "policy all global\n", "serviceimports on", "        ttl 10\n",
 		"owner clusterroles.rbac.authorization.k8s.io coredns-global-write\n",

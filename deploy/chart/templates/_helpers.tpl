@@ -45,6 +45,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $zones := .Values.zones -}}
 {{- range $zones }}{{ . }}:5353 {{ end }}{
     errors
+    bufsize 1232
     health :8080 {
         lameduck 10s
     }
