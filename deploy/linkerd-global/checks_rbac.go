@@ -144,6 +144,8 @@ func creation(kind, ns string) access {
 		"Deployment": {"apps", "deployments"}, "Role": {"rbac.authorization.k8s.io", "roles"},
 		"RoleBinding": {"rbac.authorization.k8s.io", "rolebindings"}, "PodDisruptionBudget": {"policy", "poddisruptionbudgets"},
 		"ServiceMonitor": {"monitoring.coreos.com", "servicemonitors"}, "PrometheusRule": {"monitoring.coreos.com", "prometheusrules"},
+		"ValidatingAdmissionPolicy":        {"admissionregistration.k8s.io", "validatingadmissionpolicies"},
+		"ValidatingAdmissionPolicyBinding": {"admissionregistration.k8s.io", "validatingadmissionpolicybindings"},
 	}
 	r := resources[kind]
 	if clusterScoped[kind] {

@@ -59,7 +59,7 @@ func TestRenderPlacesEveryObject(t *testing.T) {
 			t.Errorf("%s %s: labels %v", kind, meta["name"], labels)
 		}
 	}
-	for _, k := range []string{"PriorityClass", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ClusterRole", "Deployment"} {
+	for _, k := range []string{"PriorityClass", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ClusterRole", "Deployment", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if !kinds[k] {
 			t.Errorf("no %s rendered: %v", k, kinds)
 		}

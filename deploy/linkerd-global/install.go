@@ -116,5 +116,20 @@ func installed(ctx context.Context, k *kube) ([]manifest, error) {
 	for _, o := range pcs.Items {
 		add("scheduling.k8s.io/v1", "PriorityClass", o.Name)
 	}
+	admission := k.client.AdmissionregistrationV1()
+	vaps, err := admission.ValidatingAdmissionPolicies().List(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range vaps.Items {
+		add("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", o.Name)
+	}
+	bindings, err := admission.ValidatingAdmissionPolicyBindings().List(ctx, sel)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range bindings.Items {
+		add("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", o.Name)
+	}
 	return out, nil
 }

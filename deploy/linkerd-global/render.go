@@ -126,8 +126,9 @@ type manifest struct {
 // clusterScoped are the cluster-scoped kinds the chart may render; namespaced the rest it may.
 // A kind in neither stops the render: its scope decides where it goes and whether uninstall lists it.
 var (
-	clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true, "PriorityClass": true}
-	namespaced    = map[string]bool{"ServiceAccount": true, "ConfigMap": true, "Service": true, "Deployment": true, "Role": true,
+	clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true, "PriorityClass": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+	namespaced = map[string]bool{"ServiceAccount": true, "ConfigMap": true, "Service": true, "Deployment": true, "Role": true,
 		"RoleBinding": true, "PodDisruptionBudget": true, "ServiceMonitor": true, "PrometheusRule": true}
 )
 

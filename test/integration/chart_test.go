@@ -152,7 +152,7 @@ func TestChartValues(t *testing.T) {
 	helm := helms(t)["helm4"]
 	_, objs := helmTemplate(t, helm,
 		"--set", "clusterName=east,zones={global,clusterset.local},mcsZones={clusterset.local},policy.default=nearest 2",
-		"--set", "policy.byZone.global=all,writer.serviceImports=true,replicas=2,service.clusterIP=10.96.0.99",
+		"--set", "policy.byZone.global=all,writer.serviceImports=true,writer.serviceSuffix=-all,replicas=2,service.clusterIP=10.96.0.99",
 		"--set-json", `localities={"east":{"zone":"us-east-1a","region":"us-east-1"},"west":{"zone":"us-east-1b"}}`,
 		"--set", "extraConfig.server=log,extraConfig.plugin=ttl 10",
 		"--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
@@ -161,7 +161,7 @@ func TestChartValues(t *testing.T) {
 	for _, line := range []string{
 		"global:5353 clusterset.local:5353 {", "    bufsize 1232\n", "    log\n", "global global clusterset.local {", "cluster {$CLUSTER_NAME}",
 		"locality east region=us-east-1 zone=us-east-1a", "locality west zone=us-east-1b", "names mcs clusterset.local",
-		"policy nearest 2\n", "policy all global\n", "serviceimports on", "        ttl 10\n",
+		"policy nearest 2\n", "policy all global\n", "serviceimports on", "service_suffix -all\n", "        ttl 10\n",
 		"owner clusterroles.rbac.authorization.k8s.io coredns-global-write\n",
 		"client_locality node pod\n", "client_forwarders kube-system/coredns\n",
 	} {
@@ -174,6 +174,14 @@ func TestChartValues(t *testing.T) {
 	}
 	// The Corefile starts: CoreDNS takes it, the plugin's own checks included.
 	checkCorefileParses(t, corefile)
+	// The admission policy admits the suffix the Corefile writes (TestWriterOrphansOfSuffix runs it).
+	vars, _, _ := unstructured.NestedSlice(objs["ValidatingAdmissionPolicy/coredns-global-write"].Object, "spec", "variables")
+	if len(vars) == 0 || vars[0].(map[string]any)["expression"] != "'-all'" {
+		t.Errorf("the policy's variables: %v", vars)
+	}
+	if strings.Contains(readFile(t, repoPath(t, "deploy/base/configmap.yaml")), "service_suffix") {
+		t.Error("deploy/base's Corefile sets service_suffix: its policy admits -global only")
+	}
 	// client_locality pod reads Pods; without it, nothing does.
 	readsPods := func(objs map[string]*unstructured.Unstructured) bool {
 		rules, _, _ := unstructured.NestedSlice(objs["ClusterRole/coredns-global-read"].Object, "rules")
@@ -225,7 +233,8 @@ func TestChartValues(t *testing.T) {
 	if c := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string); !strings.Contains(c, "endpointslices off") || strings.Contains(c, "owner ") {
 		t.Errorf("writer off, the Corefile:\n%s", c)
 	}
-	for _, k := range []string{"ClusterRole/coredns-global-write", "ClusterRoleBinding/coredns-global-write", "Role/coredns-global-lease", "RoleBinding/coredns-global-lease"} {
+	for _, k := range []string{"ClusterRole/coredns-global-write", "ClusterRoleBinding/coredns-global-write", "Role/coredns-global-lease", "RoleBinding/coredns-global-lease",
+		"ValidatingAdmissionPolicy/coredns-global-write", "ValidatingAdmissionPolicyBinding/coredns-global-write"} {
 		if objs[k] != nil {
 			t.Errorf("writer off renders %s", k)
 		}
@@ -240,6 +249,11 @@ func TestChartValues(t *testing.T) {
 	role := objs["Role/dns2-lease"].Object["rules"].([]any)[1].(map[string]any)["resourceNames"].([]any)
 	if !strings.Contains(c, "lease coredns-global dns2-writer") || role[0] != "dns2-writer" || !strings.Contains(c, "owner clusterroles.rbac.authorization.k8s.io dns2-write\n") {
 		t.Errorf("release dns2: lease rule %v, Corefile:\n%s", role, c)
+	}
+	conds, _, _ := unstructured.NestedSlice(objs["ValidatingAdmissionPolicy/dns2-write"].Object, "spec", "matchConditions")
+	if len(conds) != 1 || conds[0].(map[string]any)["expression"] != "request.userInfo.username == 'system:serviceaccount:coredns-global:dns2'" ||
+		objs["ValidatingAdmissionPolicyBinding/dns2-write"].Object["spec"].(map[string]any)["policyName"] != "dns2-write" {
+		t.Errorf("release dns2's admission policy: %v", conds)
 	}
 }
 
@@ -262,6 +276,8 @@ func TestChartSchema(t *testing.T) {
 			{"zones={}", "zones"},
 			{"podAntiAffinity=zone", "podAntiAffinity"},
 			{"writer.enabled=maybe", "enabled"},
+			{"writer.serviceSuffix=_x", "serviceSuffix"},
+			{"writer.serviceSuffix=-mcs", "serviceSuffix"},
 		} {
 			_, err := harness.TryHelm(t, helm, nil, append([]string{"template", "coredns-global", chartPath(t, ""), "--set", c.set}, renderFlags(t)...)...)
 			if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.says) {
@@ -299,9 +315,9 @@ func TestChartImage(t *testing.T) {
 		}
 		// The Kubernetes that make test runs is one the chart takes (every render above); one without
 		// the features it needs is not.
-		if _, err := harness.TryHelm(t, helm, nil, "template", "coredns-global", chartPath(t, ""), "--set", "image.repository="+imageRepository, "--kube-version", "1.25.9"); err == nil ||
+		if _, err := harness.TryHelm(t, helm, nil, "template", "coredns-global", chartPath(t, ""), "--set", "image.repository="+imageRepository, "--kube-version", "1.29.9"); err == nil ||
 			!strings.Contains(err.Error(), "kubeVersion") {
-			t.Errorf("%s: rendered for Kubernetes 1.25.9: %v", name, err)
+			t.Errorf("%s: rendered for Kubernetes 1.29.9: %v", name, err)
 		}
 	}
 	// deploy/base runs the same image.

@@ -97,6 +97,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.writer.serviceImports }}
         serviceimports on
 {{- end }}
+{{- if ne .Values.writer.serviceSuffix "-global" }}
+        service_suffix {{ .Values.writer.serviceSuffix }}
+{{- end }}
         # What it writes goes with the release: the garbage collector deletes it with this.
         owner clusterroles.rbac.authorization.k8s.io {{ include "coredns-global.fullname" . }}-write
 {{- if ne (include "coredns-global.lease" .) "coredns-global-writer" }}
