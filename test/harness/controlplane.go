@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,9 @@ type Options struct {
 	Out io.Writer
 	// ExtraTokens are added to tokens.csv besides the admin token.
 	ExtraTokens []Token
+	// CoreDNSUser, if set, is added to them too, and is who coredns is by default: StartCoreDNS's
+	// {{.Kubeconfig}} and KubeconfigVia's token. The admin otherwise.
+	CoreDNSUser *Token
 	// Controllers are kube-controller-manager controllers run besides the harness's own
 	// (deployment and replicaset, for a test that rolls a Deployment out).
 	Controllers []string
@@ -68,19 +72,22 @@ type Options struct {
 type ControlPlane struct {
 	Dir        string // data, certs, kubeconfigs and logs (etcd.log, kube-apiserver.log, kube-controller-manager.log)
 	Kubeconfig string // admin kubeconfig: system:masters bearer token, insecure-skip-tls-verify
-	Config     *rest.Config
-	Client     kubernetes.Interface
+	// CoreDNSKubeconfig is Options.CoreDNSUser's kubeconfig, else Kubeconfig.
+	CoreDNSKubeconfig string
+	Config            *rest.Config
+	Client            kubernetes.Interface
 
-	out        io.Writer
-	ownsDir    bool
-	adminToken string
-	apiPort    int
-	etcdURL    string // client URL, for CompactEtcd
-	apiBin     string
-	apiArgs    []string
-	opts       Options
-	procs      []*process // in start order: etcd, kube-apiserver, kube-controller-manager
-	stopOnce   sync.Once
+	out          io.Writer
+	ownsDir      bool
+	adminToken   string
+	coreDNSToken string // CoreDNSUser's, else adminToken
+	apiPort      int
+	etcdURL      string // client URL, for CompactEtcd
+	apiBin       string
+	apiArgs      []string
+	opts         Options
+	procs        []*process // in start order: etcd, kube-apiserver, kube-controller-manager
+	stopOnce     sync.Once
 }
 
 // controlPlaneBinaries returns the paths of the three binaries, or an error
@@ -141,7 +148,11 @@ func StartControlPlane(ctx context.Context, opts Options) (*ControlPlane, error)
 	} else if err := os.MkdirAll(cp.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("make control plane dir: %w", err)
 	}
-	if err := cp.writeAuthFiles(opts.ExtraTokens); err != nil {
+	tokens := opts.ExtraTokens
+	if opts.CoreDNSUser != nil {
+		tokens = append(slices.Clip(tokens), *opts.CoreDNSUser)
+	}
+	if err := cp.writeAuthFiles(tokens); err != nil {
 		cp.Stop()
 		return nil, err
 	}
@@ -386,6 +397,13 @@ func (cp *ControlPlane) writeClients() error {
 		return err
 	}
 	cp.Kubeconfig = path
+	cp.CoreDNSKubeconfig, cp.coreDNSToken = path, cp.adminToken
+	if u := cp.opts.CoreDNSUser; u != nil {
+		if cp.CoreDNSKubeconfig, err = cp.writeKubeconfig("kubeconfig-coredns", "coredns", u.Token); err != nil {
+			return err
+		}
+		cp.coreDNSToken = u.Token
+	}
 	cp.Config = &rest.Config{
 		Host:            cp.APIServerURL(),
 		BearerToken:     cp.adminToken,

@@ -93,7 +93,7 @@ type coreDNSOptions struct {
 }
 
 // WithKubeconfig makes {{.Kubeconfig}} path instead of the control plane's
-// admin kubeconfig (e.g. one from ControlPlane.KubeconfigFor, for RBAC tests).
+// CoreDNSKubeconfig (e.g. one from ControlPlane.KubeconfigFor, for RBAC tests).
 func WithKubeconfig(path string) CoreDNSOption {
 	return func(o *coreDNSOptions) { o.kubeconfig = path }
 }
@@ -166,7 +166,7 @@ func StartCoreDNS(t testing.TB, cp *ControlPlane, corefileTemplate string, opts 
 	}
 	var o coreDNSOptions
 	if cp != nil {
-		o.kubeconfig = cp.Kubeconfig
+		o.kubeconfig = cp.CoreDNSKubeconfig
 	}
 	for _, opt := range opts {
 		opt(&o)

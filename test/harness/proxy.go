@@ -93,11 +93,11 @@ func (p *Proxy) forward(c net.Conn) {
 	up.Close()
 }
 
-// KubeconfigVia writes a kubeconfig for token (the admin's when empty) that reaches the API
-// server through p.
+// KubeconfigVia writes a kubeconfig for token (coredns's, Options.CoreDNSUser's or the admin's, when
+// empty) that reaches the API server through p.
 func (cp *ControlPlane) KubeconfigVia(p *Proxy, token string) (string, error) {
 	if token == "" {
-		token = cp.adminToken
+		token = cp.coreDNSToken
 	}
 	_, port, _ := net.SplitHostPort(p.Addr)
 	return cp.writeKubeconfigAt("kubeconfig-via-"+port, "user", token, "https://"+p.Addr)

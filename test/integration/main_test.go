@@ -25,7 +25,14 @@ var cp *harness.ControlPlane
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	var err error
-	cp, err = harness.StartControlPlane(ctx, harness.Options{})
+	cp, err = harness.StartControlPlane(ctx, harness.Options{CoreDNSUser: &writer, ExtraTokens: suffixWriterTokens(),
+		// Which type-checks admission policies: TestWriterPolicy reads its verdict.
+		Controllers: []string{"validatingadmissionpolicy-status-controller"}})
+	if err == nil {
+		if err = installWriterPolicy(ctx, cp); err != nil {
+			cp.Stop()
+		}
+	}
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "integration: %v\n", err)

@@ -127,18 +127,22 @@ func foreignObjects(t *testing.T, ns string, names ...string) func() {
 }
 
 // TestWriterOrphansOfSuffix: a reload changes service_suffix; the objects written under the old
-// one are deleted, found by their labels, and nothing else is.
+// one are deleted, found by their labels, and nothing else is. Each suffix is written as the
+// writer of a release with that writer.serviceSuffix, whose admission policy admits its Services
+// only, and deletes of any of ours: the -b writer deletes what the -a one wrote.
 func TestWriterOrphansOfSuffix(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
 	must(t, err)
 	untouched := foreignObjects(t, ns, "foo-a", "foo-b")
-	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(orphansCorefile, ns, ns, "service_suffix -a"))
+	writerA, writerB := suffixWriter(t, "-a"), suffixWriter(t, "-b")
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(orphansCorefile, ns, ns, "service_suffix -a"), harness.WithKubeconfig(writerA))
 	writtenFor(t, ns, "foo-a")
 
 	path := filepath.Join(c.Dir, "Corefile")
-	must(t, os.WriteFile(path, []byte(strings.Replace(readFile(t, path), "service_suffix -a", "service_suffix -b", 1)), 0o644))
+	corefile := strings.Replace(readFile(t, path), "service_suffix -a", "service_suffix -b", 1)
+	must(t, os.WriteFile(path, []byte(strings.Replace(corefile, writerA, writerB, 1)), 0o644))
 	must(t, c.Signal(syscall.SIGUSR1))
 	writtenFor(t, ns, "foo-b")
 	goneFor(t, ns, "foo-a")
