@@ -225,3 +225,24 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenderKeepsTheChartsNamespaces: with namespaces, the Roles the chart places in the watched
+// namespaces stay there; the rest goes into the extension's.
+func TestRenderKeepsTheChartsNamespaces(t *testing.T) {
+	ms, err := render(valueOptions{values: []string{"image.repository=example.com/coredns-global,namespaces={db}"}}, "dns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := map[string]string{}
+	for _, o := range objects(t, ms) {
+		meta := o["metadata"].(map[string]any)
+		if ns, ok := meta["namespace"].(string); ok {
+			placed[o["kind"].(string)+"/"+meta["name"].(string)+" "+ns] = ns
+		}
+	}
+	for _, want := range []string{"Role/coredns-global db", "RoleBinding/coredns-global db", "Role/coredns-global-lease dns", "Deployment/coredns-global dns"} {
+		if placed[want] == "" {
+			t.Errorf("no %s: %v", want, placed)
+		}
+	}
+}

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func newInstallCmd(f *globalFlags) *cobra.Command {
@@ -79,57 +82,65 @@ the cluster by their labels. A Helm release's objects are not listed: "helm unin
 	}
 }
 
-// installed lists the extension's Namespaces and the cluster-scoped objects this CLI installed:
-// the chart's cluster-scoped kinds, by the labels the chart and install put on them.
+// installed lists the extension's Namespaces and what this CLI installed outside them, found by
+// the labels the chart and install put on it: the chart's cluster-scoped kinds, and the Roles and
+// RoleBindings in the watched namespaces (with `namespaces`); what is in the Namespaces goes with
+// them.
 func installed(ctx context.Context, k *kube) ([]manifest, error) {
-	var out []manifest
-	add := func(apiVersion, kind, name string) {
-		out = append(out, manifest{kind: kind, name: name, text: fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata:\n  name: %s", apiVersion, kind, name)})
-	}
 	nss, err := k.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: extensionLabel + "=" + extensionName})
 	if err != nil {
 		return nil, err
 	}
+	var out []manifest
+	var extension []string
 	for _, o := range nss.Items {
-		add("v1", "Namespace", o.Name)
+		out = append(out, deletion("v1", "Namespace", &o))
+		extension = append(extension, o.Name)
 	}
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=" + partOf + ",app.kubernetes.io/managed-by=" + managedBy}
-	rbac := k.client.RbacV1()
-	crs, err := rbac.ClusterRoles().List(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range crs.Items {
-		add("rbac.authorization.k8s.io/v1", "ClusterRole", o.Name)
-	}
-	crbs, err := rbac.ClusterRoleBindings().List(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range crbs.Items {
-		add("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", o.Name)
-	}
-	pcs, err := k.client.SchedulingV1().PriorityClasses().List(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range pcs.Items {
-		add("scheduling.k8s.io/v1", "PriorityClass", o.Name)
-	}
-	admission := k.client.AdmissionregistrationV1()
-	vaps, err := admission.ValidatingAdmissionPolicies().List(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range vaps.Items {
-		add("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", o.Name)
-	}
-	bindings, err := admission.ValidatingAdmissionPolicyBindings().List(ctx, sel)
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range bindings.Items {
-		add("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", o.Name)
+	rbac, admission := k.client.RbacV1(), k.client.AdmissionregistrationV1()
+	for _, kind := range []struct {
+		apiVersion, kind string
+		list             func() (runtime.Object, error)
+	}{
+		{"rbac.authorization.k8s.io/v1", "ClusterRole", func() (runtime.Object, error) { return rbac.ClusterRoles().List(ctx, sel) }},
+		{"rbac.authorization.k8s.io/v1", "ClusterRoleBinding", func() (runtime.Object, error) { return rbac.ClusterRoleBindings().List(ctx, sel) }},
+		{"scheduling.k8s.io/v1", "PriorityClass", func() (runtime.Object, error) { return k.client.SchedulingV1().PriorityClasses().List(ctx, sel) }},
+		{"admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", func() (runtime.Object, error) {
+			return admission.ValidatingAdmissionPolicies().List(ctx, sel)
+		}},
+		{"admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", func() (runtime.Object, error) {
+			return admission.ValidatingAdmissionPolicyBindings().List(ctx, sel)
+		}},
+		{"rbac.authorization.k8s.io/v1", "Role", func() (runtime.Object, error) { return rbac.Roles(metav1.NamespaceAll).List(ctx, sel) }},
+		{"rbac.authorization.k8s.io/v1", "RoleBinding", func() (runtime.Object, error) { return rbac.RoleBindings(metav1.NamespaceAll).List(ctx, sel) }},
+	} {
+		l, err := kind.list()
+		if err != nil {
+			return nil, err
+		}
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			o, err := meta.Accessor(it)
+			if err != nil {
+				return nil, err
+			}
+			if !slices.Contains(extension, o.GetNamespace()) {
+				out = append(out, deletion(kind.apiVersion, kind.kind, o))
+			}
+		}
 	}
 	return out, nil
+}
+
+// deletion is what `kubectl delete -f` needs of object o of kind.
+func deletion(apiVersion, kind string, o metav1.Object) manifest {
+	text := fmt.Sprintf("apiVersion: %s\nkind: %s\nmetadata:\n  name: %s", apiVersion, kind, o.GetName())
+	if ns := o.GetNamespace(); ns != "" {
+		text += "\n  namespace: " + ns
+	}
+	return manifest{kind: kind, name: o.GetName(), text: text}
 }

@@ -181,15 +181,23 @@ func render(opts valueOptions, ns string) ([]manifest, error) {
 	return out, nil
 }
 
-// topMetadata is the metadata: line of an object, at the top level.
-var topMetadata = regexp.MustCompile(`(?m)^metadata:[ \t]*$`)
+// topMetadata is the metadata: line of an object, at the top level; ownNamespace, a namespace the
+// chart gave it (the Roles in the watched namespaces).
+var (
+	topMetadata  = regexp.MustCompile(`(?m)^metadata:[ \t]*$`)
+	ownNamespace = regexp.MustCompile(`(?m)^  namespace: `)
+)
 
-// placeIn puts the object of text in namespace ns, as `helm install --namespace` does through its
-// client: a manifest for kubectl must say it. Text, not a re-encoding, so the chart's comments stay.
+// placeIn puts the object of text in namespace ns, unless the chart placed it, as `helm install
+// --namespace` does through its client: a manifest for kubectl must say it. Text, not a
+// re-encoding, so the chart's comments stay.
 func placeIn(text, ns string) (string, error) {
 	loc := topMetadata.FindStringIndex(text)
 	if loc == nil {
 		return "", fmt.Errorf("no metadata")
+	}
+	if ownNamespace.MatchString(text) {
+		return text, nil
 	}
 	return text[:loc[1]] + "\n  namespace: " + ns + text[loc[1]:], nil
 }

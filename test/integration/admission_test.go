@@ -135,9 +135,9 @@ func suffixWriter(t *testing.T, suffix string) string {
 	return kubeconfig
 }
 
-// ours are the labels of what the writer of lease coredns-global/coredns-global-writer writes for
+// ourLabels are the labels of what the writer of lease coredns-global/coredns-global-writer writes for
 // global service svc, plus more.
-func ours(svc string, more ...string) map[string]string {
+func ourLabels(svc string, more ...string) map[string]string {
 	l := map[string]string{"app.kubernetes.io/managed-by": "coredns-global", "globaldns.io/writer": "coredns-global.coredns-global-writer",
 		"globaldns.io/global-service": svc}
 	for i := 0; i+1 < len(more); i += 2 {
@@ -207,7 +207,7 @@ func TestWriterPolicy(t *testing.T) {
 		}},
 		{"our labels put on a foreign Service", own, func() error {
 			s := foreign.DeepCopy()
-			s.Labels = ours("db")
+			s.Labels = ourLabels("db")
 			_, err := svcs.Update(ctx, s, metav1.UpdateOptions{})
 			return err
 		}},
@@ -217,11 +217,11 @@ func TestWriterPolicy(t *testing.T) {
 			return err
 		}},
 		{"the same with our labels", slices, func() error {
-			_, err := eps.Create(ctx, slice("db-ours", ours("db", discoveryv1.LabelServiceName, "db", discoveryv1.LabelManagedBy, "global.globaldns.io")), metav1.CreateOptions{})
+			_, err := eps.Create(ctx, slice("db-ours", ourLabels("db", discoveryv1.LabelServiceName, "db", discoveryv1.LabelManagedBy, "global.globaldns.io")), metav1.CreateOptions{})
 			return err
 		}},
 		{"our slice of a foreign Service, not managed by us", slices, func() error {
-			_, err := eps.Create(ctx, slice("db-global-x", ours("db", discoveryv1.LabelServiceName, "db-global")), metav1.CreateOptions{})
+			_, err := eps.Create(ctx, slice("db-global-x", ourLabels("db", discoveryv1.LabelServiceName, "db-global")), metav1.CreateOptions{})
 			return err
 		}},
 		{"an update of a foreign slice", own, func() error {
@@ -232,35 +232,35 @@ func TestWriterPolicy(t *testing.T) {
 		}},
 		{"the deletion of a foreign slice", own, func() error { return eps.Delete(ctx, foreignSlice.Name, metav1.DeleteOptions{}) }},
 		{"a LoadBalancer Service with our labels (CVE-2020-8554)", shape, func() error {
-			s := headless("foo-global", ours("foo"))
+			s := headless("foo-global", ourLabels("foo"))
 			s.Spec.ClusterIP, s.Spec.Type = "", corev1.ServiceTypeLoadBalancer
 			_, err := svcs.Create(ctx, s, metav1.CreateOptions{})
 			return err
 		}},
 		{"a Service with our labels and externalIPs (CVE-2020-8554)", shape, func() error {
-			s := headless("foo-global", ours("foo"))
+			s := headless("foo-global", ourLabels("foo"))
 			s.Spec.ClusterIP, s.Spec.ExternalIPs = "", []string{"192.0.2.1"}
 			_, err := svcs.Create(ctx, s, metav1.CreateOptions{})
 			return err
 		}},
 		{"a headless Service with our labels and externalIPs", selector, func() error {
-			s := headless("foo-global", ours("foo"))
+			s := headless("foo-global", ourLabels("foo"))
 			s.Spec.ExternalIPs = []string{"192.0.2.1"}
 			_, err := svcs.Create(ctx, s, metav1.CreateOptions{})
 			return err
 		}},
 		{"a Service with our labels and a selector", selector, func() error {
-			s := headless("foo-global", ours("foo"))
+			s := headless("foo-global", ourLabels("foo"))
 			s.Spec.Selector = map[string]string{"app": "db"}
 			_, err := svcs.Create(ctx, s, metav1.CreateOptions{})
 			return err
 		}},
 		{"a Service with our labels and another suffix", name, func() error {
-			_, err := svcs.Create(ctx, headless("foo-other", ours("foo")), metav1.CreateOptions{})
+			_, err := svcs.Create(ctx, headless("foo-other", ourLabels("foo")), metav1.CreateOptions{})
 			return err
 		}},
 		{"a Service with our labels named as a foreign one", name, func() error {
-			_, err := svcs.Create(ctx, headless("kube-dns", ours("foo")), metav1.CreateOptions{})
+			_, err := svcs.Create(ctx, headless("kube-dns", ourLabels("foo")), metav1.CreateOptions{})
 			return err
 		}},
 	}
@@ -277,25 +277,25 @@ func TestWriterPolicy(t *testing.T) {
 
 	// What the writer writes: the -global Service, its slice and an MCS slice, updated, then deleted;
 	// and a Service of an old suffix, deleted.
-	svc, err := svcs.Create(ctx, headless("foo-global", ours("foo")), metav1.CreateOptions{})
+	svc, err := svcs.Create(ctx, headless("foo-global", ourLabels("foo")), metav1.CreateOptions{})
 	must(t, err)
 	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9187, Protocol: corev1.ProtocolTCP})
 	_, err = svcs.Update(ctx, svc, metav1.UpdateOptions{})
 	must(t, err)
-	global, err := eps.Create(ctx, slice("foo-global-west-ipv4-0", ours("foo", discoveryv1.LabelServiceName, "foo-global",
+	global, err := eps.Create(ctx, slice("foo-global-west-ipv4-0", ourLabels("foo", discoveryv1.LabelServiceName, "foo-global",
 		discoveryv1.LabelManagedBy, "global.globaldns.io", "globaldns.io/source-cluster", "west")), metav1.CreateOptions{})
 	must(t, err)
 	global.Endpoints[0].Hostname = ptr.To("foo-0-west")
 	_, err = eps.Update(ctx, global, metav1.UpdateOptions{})
 	must(t, err)
-	_, err = eps.Create(ctx, slice("foo-mcs-west-ipv4-0", ours("foo", "multicluster.kubernetes.io/service-name", "foo",
+	_, err = eps.Create(ctx, slice("foo-mcs-west-ipv4-0", ourLabels("foo", "multicluster.kubernetes.io/service-name", "foo",
 		discoveryv1.LabelManagedBy, "global.globaldns.io")), metav1.CreateOptions{})
 	must(t, err)
 	for _, name := range []string{"foo-global-west-ipv4-0", "foo-mcs-west-ipv4-0"} {
 		must(t, eps.Delete(ctx, name, metav1.DeleteOptions{}))
 	}
 	must(t, svcs.Delete(ctx, "foo-global", metav1.DeleteOptions{}))
-	_, err = admin.CoreV1().Services(ns).Create(ctx, headless("foo-old", ours("foo")), metav1.CreateOptions{})
+	_, err = admin.CoreV1().Services(ns).Create(ctx, headless("foo-old", ourLabels("foo")), metav1.CreateOptions{})
 	must(t, err)
 	must(t, svcs.Delete(ctx, "foo-old", metav1.DeleteOptions{}))
 }

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -475,4 +476,95 @@ func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int
 		out = append(out, harness.StartCoreDNS(t, nil, tmpl, harness.WithEnv(env...)))
 	}
 	return out
+}
+
+// rulesOf are the rules of the ClusterRoles and Roles of a rendered stream, as JSON, by the role's
+// kind/name and namespace ("" for a ClusterRole): objectsOf's keys would merge the Roles of one
+// name in several namespaces.
+func rulesOf(t *testing.T, stream string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, doc := range strings.Split(stream, "\n---\n") {
+		o := &unstructured.Unstructured{}
+		must(t, yaml.Unmarshal([]byte(doc), &o.Object))
+		if k := o.GetKind(); k != "ClusterRole" && k != "Role" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			b, err := json.Marshal(r)
+			must(t, err)
+			key := o.GetKind() + "/" + o.GetName() + " " + o.GetNamespace()
+			out[key] = append(out[key], string(b))
+		}
+	}
+	return out
+}
+
+// TestChartRBAC: docs/rbac.md lists exactly the rules the chart can grant; the RBAC follows the
+// options: ServiceImports only with serviceImports (or keepServiceImportRules), Roles in the
+// watched namespaces and nothing of Services or EndpointSlices cluster-wide with namespaces, the
+// forwarders' slices readable there with clientLocality, and the write ClusterRole kept as the
+// owner, granting only its own get.
+func TestChartRBAC(t *testing.T) {
+	helm := helms(t)["helm4"]
+	var doc []any
+	must(t, yaml.Unmarshal([]byte(fencedBlocks(readFile(t, repoPath(t, "docs/rbac.md")), "yaml")[0]), &doc))
+	documented := map[string]bool{}
+	for _, r := range doc {
+		b, err := json.Marshal(r)
+		must(t, err)
+		documented[string(b)] = true
+	}
+	all, _ := helmTemplate(t, helm, "--set", "writer.serviceImports=true,clientLocality.sources={pod}")
+	granted := map[string]bool{}
+	for _, rules := range rulesOf(t, all) {
+		for _, r := range rules {
+			granted[r] = true
+		}
+	}
+	if !reflect.DeepEqual(granted, documented) {
+		t.Errorf("the chart grants\n%v\ndocs/rbac.md lists\n%v", slices.Sorted(maps.Keys(granted)), slices.Sorted(maps.Keys(documented)))
+	}
+
+	has := func(rules []string, resource string) bool {
+		return slices.ContainsFunc(rules, func(r string) bool { return strings.Contains(r, `"resources":["`+resource+`"]`) })
+	}
+	plain, _ := helmTemplate(t, helm)
+	if r := rulesOf(t, plain); has(r["ClusterRole/coredns-global-write "], "serviceimports") || !has(r["ClusterRole/coredns-global-write "], "events") {
+		t.Errorf("by default, the write rules %v", r["ClusterRole/coredns-global-write "])
+	}
+	keep, _ := helmTemplate(t, helm, "--set", "writer.keepServiceImportRules=true")
+	if r := rulesOf(t, keep); !has(r["ClusterRole/coredns-global-write "], "serviceimports") {
+		t.Errorf("keepServiceImportRules: the write rules %v", r["ClusterRole/coredns-global-write "])
+	}
+
+	text, namespaced := helmTemplate(t, helm, "--set", "namespaces={db,cache},writer.serviceImports=true,clientLocality.sources={node}")
+	rules := rulesOf(t, text)
+	for key, rs := range rules {
+		for _, res := range []string{"services", "endpointslices", "events", "serviceimports"} {
+			if strings.HasPrefix(key, "ClusterRole/") && has(rs, res) {
+				t.Errorf("with namespaces, %s grants %s", key, res)
+			}
+		}
+	}
+	if w := rules["ClusterRole/coredns-global-write "]; len(w) != 1 || !strings.Contains(w[0], `"resourceNames":["coredns-global-write"]`) {
+		t.Errorf("with namespaces, the owner ClusterRole's rules %v", w)
+	}
+	for _, ns := range []string{"db", "cache"} {
+		r := rules["Role/coredns-global "+ns]
+		if len(r) != 6 || !has(r, "serviceimports") || !has(r, "events") {
+			t.Errorf("with namespaces, Role coredns-global in %s: %v", ns, r)
+		}
+		if !strings.Contains(text, "kind: RoleBinding\nmetadata:\n  name: coredns-global\n  namespace: "+ns+"\n") {
+			t.Errorf("no RoleBinding in %s", ns)
+		}
+	}
+	if r := rules["Role/coredns-global kube-system"]; len(r) != 1 || !has(r, "endpointslices") || !strings.Contains(r[0], `"verbs":["list","watch"]`) {
+		t.Errorf("with namespaces, the forwarders' Role: %v", r)
+	}
+	c := namespaced["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	if !strings.Contains(c, "        namespaces db cache\n") {
+		t.Errorf("the Corefile with namespaces:\n%s", c)
+	}
 }

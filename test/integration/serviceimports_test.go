@@ -14,8 +14,11 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
@@ -70,7 +73,9 @@ func mcsSlices(t *testing.T, c kubernetes.Interface, ns string) map[string]disco
 
 // TestServiceImports: with `serviceimports on`, the stock kubernetes plugin answers the MCS names
 // as `names mcs` does; turned off, what was written goes and nothing else does. On a control plane
-// of its own, with the mcs-api CRDs, written with the rendered RBAC of deploy/base.
+// of its own, with the mcs-api CRDs, written as the ServiceAccount of the chart rendered with
+// writer.serviceImports and namespaces (its RBAC Roles in that namespace only, its admission
+// policy), then turned off as docs/mcs.md says: keepServiceImportRules, then without.
 func TestServiceImports(t *testing.T) {
 	ctx := context.Background()
 	cp := harness.Start(t)
@@ -79,17 +84,23 @@ func TestServiceImports(t *testing.T) {
 	mcs, err := mcsclient.NewForConfig(cp.Config)
 	must(t, err)
 
-	// The writer has exactly the rendered RBAC.
-	rendered, _ := kustomize(t, "deploy/base")
-	harness.RunKubectl(t, cp, rendered, "apply", "-f", "-", "--server-side")
+	// The writer has exactly the rendered RBAC, and is under the rendered policy.
+	const ns = "mcs"
+	for _, n := range []string{ns, "coredns-global"} {
+		must(t, harness.EnsureNamespace(ctx, admin, n))
+	}
+	verb := "install"
+	release := func(values string) {
+		harness.RunHelm(t, helms(t)["helm4"], cp, append([]string{verb, "coredns-global", chartPath(t, ""), "--namespace", "coredns-global",
+			"--set", "namespaces={" + ns + "}," + values}, renderFlags(t)[:2]...)...)
+		verb = "upgrade"
+	}
+	release("writer.serviceImports=true")
 	tr, err := admin.CoreV1().ServiceAccounts("coredns-global").CreateToken(ctx, "coredns-global",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
 	must(t, err)
 	saKubeconfig, err := cp.KubeconfigFor(tr.Status.Token)
 	must(t, err)
-
-	const ns = "mcs"
-	must(t, harness.EnsureNamespace(ctx, admin, ns))
 	localFooIn(t, admin, ns)
 	_, err = harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
 	must(t, err)
@@ -198,8 +209,23 @@ func TestServiceImports(t *testing.T) {
 		}
 	})
 
+	// The admission policy: the ServiceAccount may not write another implementation's ServiceImport,
+	// nor one with our labels that is not the Headless import of its global service.
+	sa := mcsclient.NewForConfigOrDie(restConfig(t, saKubeconfig))
+	for _, si := range []*mcsv1alpha1.ServiceImport{
+		{ObjectMeta: metav1.ObjectMeta{Name: "qux", Labels: foreign}, Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.Headless}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "qux", Labels: ourLabels("qux")}, Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.ClusterSetIP, IPs: []string{"192.0.2.1"}}},
+	} {
+		si.Spec.Ports = []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}
+		_, err := sa.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, si, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'coredns-global-write'") {
+			t.Errorf("the ServiceAccount creates ServiceImport %v: %v", si.Labels, err)
+		}
+	}
+
 	t.Run("OffRemoves", func(t *testing.T) {
 		ours.Stop()
+		release("writer.keepServiceImportRules=true")
 		ours = harness.StartCoreDNS(t, nil, fmt.Sprintf(serviceImportsCorefile, ns, "serviceimports off", deployLease), harness.WithKubeconfig(saKubeconfig))
 		eventually(t, "our ServiceImport and MCS slices to go", func() error {
 			l, err := mcs.MulticlusterV1alpha1().ServiceImports(ns).List(ctx, metav1.ListOptions{})
@@ -225,7 +251,23 @@ func TestServiceImports(t *testing.T) {
 		if r := comparable(ask(t, ours, "tcp", fooNS, dns.TypeA)); len(r.answer) != 4 {
 			t.Errorf("names mcs: %s", r)
 		}
+		// Then without the rules: the ServiceAccount may no longer read ServiceImports.
+		release("writer.keepServiceImportRules=false")
+		eventually(t, "the ServiceImport rules to go", func() error {
+			if _, err := sa.MulticlusterV1alpha1().ServiceImports(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+				return fmt.Errorf("list ServiceImports: %v", err)
+			}
+			return nil
+		})
 	})
+}
+
+// restConfig is the client configuration of a kubeconfig file.
+func restConfig(t *testing.T, kubeconfig string) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	must(t, err)
+	return cfg
 }
 
 // TestServiceImportsWithoutCRD: the CRD not installed (the shared control plane never has it),

@@ -55,6 +55,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ . | trim | indent 4 }}
 {{- end }}
     global{{ if ne (join " " $zones) "global" }} {{ join " " $zones }}{{ end }} {
+{{- with .Values.namespaces }}
+        namespaces {{ join " " . }}
+{{- end }}
 {{- if .Values.clusterName }}
         # This cluster's name, as the other clusters' Links call it (the Deployment sets it).
         cluster {$CLUSTER_NAME}

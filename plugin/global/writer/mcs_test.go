@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 	mcsfake "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned/fake"
@@ -124,5 +126,34 @@ func TestReconcilerDeletesMCSSlicesWhenOff(t *testing.T) {
 	}
 	if _, err := client.DiscoveryV1().EndpointSlices("db").Get(context.Background(), "foo-global-west-ipv4-0", metav1.GetOptions{}); err != nil {
 		t.Error(err)
+	}
+}
+
+// With serviceimports off and `namespaces`, Roles in those namespaces forbid the cluster-wide list:
+// the ServiceImports written are found in each watched namespace, and deleted; a foreign one and
+// those elsewhere are left.
+func TestSweepImportsInWatchedNamespacesWhenForbiddenElsewhere(t *testing.T) {
+	imp := func(ns, name string, labels map[string]string) runtime.Object {
+		return &mcsv1alpha1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
+	}
+	mcs := mcsfake.NewSimpleClientset(imp("db", "foo", ownLabels("foo", testOwner)), imp("db", "bar", map[string]string{"owner": "submariner"}),
+		imp("cache", "baz", ownLabels("baz", testOwner)), imp("other", "qux", ownLabels("qux", testOwner)))
+	mcs.PrependReactor("list", "serviceimports", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() == metav1.NamespaceAll {
+			return true, nil, apierrors.NewForbidden(mcsv1alpha1.Resource("serviceimports"), "", errors.New("RBAC: namespaced Roles"))
+		}
+		return false, nil, nil
+	})
+	r, _ := newTestReconciler()
+	r.mcs, r.namespaces = mcs, []string{"db", "cache"}
+	r.sweepImports(context.Background())
+	var deleted []string
+	for _, a := range mcs.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok {
+			deleted = append(deleted, d.GetNamespace()+"/"+d.GetName())
+		}
+	}
+	if fmt.Sprint(deleted) != "[db/foo cache/baz]" {
+		t.Errorf("deleted %v, want db/foo and cache/baz", deleted)
 	}
 }

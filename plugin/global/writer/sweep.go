@@ -10,6 +10,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	mcsv1alpha1 "sigs.k8s.io/mcs-api/pkg/apis/v1alpha1"
 )
 
 // sweepOutside deletes what this writer wrote in namespaces it no longer watches (`namespaces`
@@ -91,11 +92,10 @@ func (r *reconciler) reportSweep(ctx context.Context, deleted map[string]int, na
 // not served (no CRD) or not readable (RBAC granted for serviceimports on only), there is nothing
 // this writer could have written, or nothing it may do: said at debug level only.
 func (r *reconciler) sweepImports(ctx context.Context) {
-	mcs := r.mcs
-	if mcs == nil || r.cfg.ServiceImports && (len(r.namespaces) == 0 || !r.store.importsAvailable.Load()) {
+	if r.mcs == nil || r.cfg.ServiceImports && (len(r.namespaces) == 0 || !r.store.importsAvailable.Load()) {
 		return
 	}
-	l, err := mcs.MulticlusterV1alpha1().ServiceImports(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: ServiceSelector(r.cfg.Owner) + "," + LabelService})
+	items, err := r.ownImports(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			telemetry.Log.Debugf("writer: looking for ServiceImports written earlier: %v", err)
@@ -103,8 +103,8 @@ func (r *reconciler) sweepImports(ctx context.Context) {
 		return
 	}
 	deleted := 0
-	for i := range l.Items {
-		si := &l.Items[i]
+	for i := range items {
+		si := &items[i]
 		if r.cfg.ServiceImports && slices.Contains(r.namespaces, si.Namespace) {
 			continue
 		}
@@ -119,4 +119,28 @@ func (r *reconciler) sweepImports(ctx context.Context) {
 	if deleted > 0 {
 		telemetry.Log.Infof("writer: deleted %d ServiceImports it wrote (serviceimports %s)", deleted, map[bool]string{true: "on, namespaces no longer watched", false: "off"}[r.cfg.ServiceImports])
 	}
+}
+
+// ownImports lists this writer's ServiceImports, cluster-wide. With serviceimports off and
+// `namespaces`, when RBAC forbids that (the chart's Roles in those namespaces), it lists them in each
+// watched namespace instead: there the Roles allow it, and there is where it wrote them.
+func (r *reconciler) ownImports(ctx context.Context) ([]mcsv1alpha1.ServiceImport, error) {
+	opts := metav1.ListOptions{LabelSelector: ServiceSelector(r.cfg.Owner) + "," + LabelService}
+	api := r.mcs.MulticlusterV1alpha1()
+	l, err := api.ServiceImports(metav1.NamespaceAll).List(ctx, opts)
+	if err == nil {
+		return l.Items, nil
+	}
+	if !apierrors.IsForbidden(err) || r.cfg.ServiceImports || len(r.namespaces) == 0 {
+		return nil, err
+	}
+	var out []mcsv1alpha1.ServiceImport
+	for _, ns := range r.namespaces {
+		l, err := api.ServiceImports(ns).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l.Items...)
+	}
+	return out, nil
 }
