@@ -16,9 +16,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 )
 
@@ -200,17 +202,16 @@ func TestChartValues(t *testing.T) {
 		t.Errorf("clusterIP %v", ip)
 	}
 
-	// The ServiceMonitor scrapes the Service's metrics port.
+	// The ServiceMonitor scrapes the metrics Service, and only it: the DNS Service offers no metrics.
 	sm := objs["ServiceMonitor/coredns-global"]
 	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
 	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
-	for k, v := range selector {
-		if objs["Service/coredns-global"].GetLabels()[k] != v {
-			t.Errorf("the ServiceMonitor selects %s=%s; the Service is labelled %v", k, v, objs["Service/coredns-global"].GetLabels())
-		}
+	metricsSvc := as[corev1.Service](t, objs["Service/coredns-global-metrics"])
+	if !labels.SelectorFromSet(selector).Matches(labels.Set(metricsSvc.Labels)) || labels.SelectorFromSet(selector).Matches(labels.Set(objs["Service/coredns-global"].GetLabels())) {
+		t.Errorf("the ServiceMonitor selects %v; the metrics Service is labelled %v, the DNS Service %v", selector, metricsSvc.Labels, objs["Service/coredns-global"].GetLabels())
 	}
-	if len(selector) == 0 || len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" {
-		t.Errorf("the ServiceMonitor: %v", sm.Object["spec"])
+	if len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" || len(metricsSvc.Spec.Ports) != 1 || metricsSvc.Spec.Ports[0].Name != "metrics" {
+		t.Errorf("the ServiceMonitor: %v; the metrics Service's ports %v", sm.Object["spec"], metricsSvc.Spec.Ports)
 	}
 
 	rules, err := os.ReadFile(chartPath(t, "../monitoring/rules.yaml"))
@@ -279,6 +280,8 @@ func TestChartSchema(t *testing.T) {
 			{"writer.enabled=maybe", "enabled"},
 			{"writer.serviceSuffix=_x", "serviceSuffix"},
 			{"writer.serviceSuffix=-mcs", "serviceSuffix"},
+			{"image.digest=0.1.0", "digest"},
+			{"networkPolicy.metrics.namespaceSelector.matchLabels=monitoring", "matchLabels"},
 		} {
 			_, err := harness.TryHelm(t, helm, nil, append([]string{"template", "coredns-global", chartPath(t, ""), "--set", c.set}, renderFlags(t)...)...)
 			if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.says) {
@@ -300,9 +303,11 @@ func TestChartImage(t *testing.T) {
 			!strings.Contains(err.Error(), "docs/install.md") {
 			t.Errorf("%s: rendered without image.repository: %v", name, err)
 		}
+		digest := "sha256:" + strings.Repeat("ab", 32)
 		for _, c := range []struct{ set, image string }{
 			{"", imageRepository + ":" + appVersion},
 			{"image.tag=v2", imageRepository + ":v2"},
+			{"image.tag=v2,image.digest=" + digest, imageRepository + "@" + digest},
 		} {
 			args := []string{}
 			if c.set != "" {
@@ -384,7 +389,7 @@ func TestChartInstall(t *testing.T) {
 	}
 	svc, err := admin.CoreV1().Services("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
 	must(t, err)
-	upgrade := append([]string{"upgrade"}, slices.DeleteFunc(install[1:], func(a string) bool { return a == "--create-namespace" })...)
+	upgrade := append([]string{"upgrade"}, install[1:]...)
 	notes = harness.RunHelm(t, h["helm4"], cp, upgrade...)
 	if !strings.Contains(notes, "global:53 {\n        cache\n        forward . "+svc.Spec.ClusterIP+"\n") || !strings.Contains(notes, "dig @"+svc.Spec.ClusterIP+" CH TXT global") {
 		t.Errorf("upgrade notes (service %s):\n%s", svc.Spec.ClusterIP, notes)
@@ -566,5 +571,52 @@ func TestChartRBAC(t *testing.T) {
 	c := namespaced["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
 	if !strings.Contains(c, "        namespaces db cache\n") {
 		t.Errorf("the Corefile with namespaces:\n%s", c)
+	}
+}
+
+// TestChartNetworkPolicy: networkPolicy admits DNS (the pods' UDP and TCP ports) from any source and
+// the metrics port only from the pods the values select; it selects the release's pods, names only
+// ports they have, and the API server takes it. (No network plugin runs here: what enforces it is
+// the cluster's.)
+func TestChartNetworkPolicy(t *testing.T) {
+	helm := helms(t)["helm4"]
+	_, objs := helmTemplate(t, helm, "--set", "networkPolicy.enabled=true")
+	if from := as[networkingv1.NetworkPolicy](t, objs["NetworkPolicy/coredns-global"]).Spec.Ingress[1].From; len(from) != 1 ||
+		!maps.Equal(from[0].NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": "monitoring"}) {
+		t.Errorf("by default, the metrics are admitted from %+v, want the namespace monitoring", from)
+	}
+	text, objs := helmTemplate(t, helm, "--set", "networkPolicy.enabled=true,networkPolicy.metrics.namespaceSelector.matchLabels.team=observability",
+		"--set", "networkPolicy.metrics.podSelector.matchLabels.app=prometheus")
+	must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+	harness.RunKubectl(t, cp, text, "apply", "-f", "-", "--server-side", "--dry-run=server", "--namespace", "coredns-global")
+	np := as[networkingv1.NetworkPolicy](t, objs["NetworkPolicy/coredns-global"])
+	tpl := as[appsv1.Deployment](t, objs["Deployment/coredns-global"]).Spec.Template
+	if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || sel.Empty() || !sel.Matches(labels.Set(tpl.Labels)) {
+		t.Errorf("the policy selects %v; the pods are labelled %v", np.Spec.PodSelector, tpl.Labels)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) != 2 {
+		t.Fatalf("the policy: %+v", np.Spec)
+	}
+	ports := map[string]corev1.Protocol{}
+	for _, p := range tpl.Spec.Containers[0].Ports {
+		ports[p.Name] = p.Protocol
+	}
+	admitted := func(rule networkingv1.NetworkPolicyIngressRule) (out []string) {
+		for _, p := range rule.Ports {
+			if ports[p.Port.StrVal] != *p.Protocol {
+				t.Errorf("the policy admits port %v/%s, which the pods do not have (%v)", p.Port, *p.Protocol, ports)
+			}
+			out = append(out, p.Port.StrVal+"/"+string(*p.Protocol))
+		}
+		return out
+	}
+	dns, metrics := np.Spec.Ingress[0], np.Spec.Ingress[1]
+	if got := admitted(dns); len(dns.From) != 0 || !slices.Equal(got, []string{"dns/UDP", "dns-tcp/TCP"}) {
+		t.Errorf("DNS is admitted from %v to %v, want anywhere to dns/UDP and dns-tcp/TCP", dns.From, got)
+	}
+	if got := admitted(metrics); len(metrics.From) != 1 || !slices.Equal(got, []string{"metrics/TCP"}) ||
+		!maps.Equal(metrics.From[0].NamespaceSelector.MatchLabels, map[string]string{"team": "observability"}) ||
+		!maps.Equal(metrics.From[0].PodSelector.MatchLabels, map[string]string{"app": "prometheus"}) {
+		t.Errorf("the metrics are admitted from %+v to %v", metrics.From, got)
 	}
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,9 +80,15 @@ func TestDeployRenders(t *testing.T) {
 					t.Errorf("privileged port %+v", p)
 				}
 			}
+			// DNS on the Service clients reach; the metrics on a headless one of their own.
 			svc := as[corev1.Service](t, objs["Service/coredns-global"])
-			if len(svc.Spec.Ports) != 3 || svc.Spec.Ports[0].Port != 53 || svc.Spec.Ports[1].Protocol != corev1.ProtocolTCP {
+			if len(svc.Spec.Ports) != 2 || svc.Spec.Ports[0].Port != 53 || svc.Spec.Ports[1].Protocol != corev1.ProtocolTCP {
 				t.Errorf("service ports %+v", svc.Spec.Ports)
+			}
+			metrics := as[corev1.Service](t, objs["Service/coredns-global-metrics"])
+			if len(metrics.Spec.Ports) != 1 || metrics.Spec.Ports[0].Port != 9153 || metrics.Spec.ClusterIP != corev1.ClusterIPNone ||
+				!maps.Equal(metrics.Spec.Selector, svc.Spec.Selector) {
+				t.Errorf("metrics service %+v", metrics.Spec)
 			}
 
 			if dir != "deploy/overlays/ha" {

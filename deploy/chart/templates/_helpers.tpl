@@ -32,7 +32,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* The image: no default repository until one is published. */}}
 {{- define "coredns-global.image" -}}
 {{- $repository := required "image.repository is required: no coredns-global image is published yet. Build one with `make image` and push it (crane, skopeo) or load it into the nodes (kind, k3d, ctr -n k8s.io), as docs/install.md says, then set image.repository (ghcr.io/globaldns/coredns-global for an image loaded as make image names it)" .Values.image.repository -}}
-{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- with .Values.image.digest }}
+{{- printf "%s@%s" $repository . }}
+{{- else }}
+{{- printf "%s:%s" $repository ($.Values.image.tag | default $.Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{/* The writer's Lease: deploy/base's default name, or one per release when the release is named otherwise. */}}
