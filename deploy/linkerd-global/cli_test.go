@@ -45,7 +45,8 @@ func TestRenderPlacesEveryObject(t *testing.T) {
 		kinds[kind] = true
 		switch {
 		case i == 0:
-			if kind != "Namespace" || meta["name"] != "dns" || meta["labels"].(map[string]any)[extensionLabel] != extensionName {
+			if labels := meta["labels"].(map[string]any); kind != "Namespace" || meta["name"] != "dns" || labels[extensionLabel] != extensionName ||
+				labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 				t.Errorf("first object: %v", o)
 			}
 		case clusterScoped[kind]:

@@ -202,7 +202,8 @@ func placeIn(text, ns string) (string, error) {
 	return text[:loc[1]] + "\n  namespace: " + ns + text[loc[1]:], nil
 }
 
-// namespaceManifest is the extension's Namespace: labelled so `linkerd check` finds the extension.
+// namespaceManifest is the extension's Namespace: labelled so `linkerd check` finds the extension,
+// and Pod Security "restricted", which the pods meet (deploy/base/namespace.yaml).
 func namespaceManifest(ns string) manifest {
 	return manifest{kind: "Namespace", name: ns, text: fmt.Sprintf(`apiVersion: v1
 kind: Namespace
@@ -211,5 +212,8 @@ metadata:
   labels:
     %s: %s
     app.kubernetes.io/part-of: %s
-    app.kubernetes.io/managed-by: %s`, ns, extensionLabel, extensionName, partOf, managedBy)}
+    app.kubernetes.io/managed-by: %s
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/warn: restricted
+    pod-security.kubernetes.io/audit: restricted`, ns, extensionLabel, extensionName, partOf, managedBy)}
 }

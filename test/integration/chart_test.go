@@ -381,7 +381,8 @@ func TestChartInstall(t *testing.T) {
 	_, err := harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
 	must(t, err)
 
-	// The install guide's command, then an upgrade: the Service's address is known from then on.
+	// The install guide's commands, then an upgrade: the Service's address is known from then on.
+	docNamespace(t, cp, "docs/install.md")
 	install := docCommand(t, "docs/install.md", "helm install coredns-global ")
 	notes := harness.RunHelm(t, h["helm4"], cp, install...)
 	if !strings.Contains(notes, "kubectl -n coredns-global get service coredns-global") {
@@ -447,6 +448,20 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 	}
 	t.Fatalf("%s has no command %q", doc, prefix)
 	return nil
+}
+
+// docNamespace runs doc's commands that make the namespace coredns-global, labelled Pod Security
+// restricted, before the install.
+func docNamespace(t *testing.T, cp *harness.ControlPlane, doc string) {
+	t.Helper()
+	for _, prefix := range []string{"kubectl create namespace coredns-global", "kubectl label namespace coredns-global "} {
+		harness.RunKubectl(t, cp, "", docCommand(t, doc, prefix)...)
+	}
+	ns, err := cp.Client.CoreV1().Namespaces().Get(context.Background(), "coredns-global", metav1.GetOptions{})
+	must(t, err)
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("%s's namespace: labels %v", doc, ns.Labels)
+	}
 }
 
 // kubeconfigOf is a kubeconfig with a token of ServiceAccount name in namespace ns.

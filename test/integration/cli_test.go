@@ -324,28 +324,27 @@ func startReplicasVia(t *testing.T, cp *harness.ControlPlane, p *harness.Proxy, 
 }
 
 // createReplicaPod makes the Pod a kubelet would report for process c, one of the Deployment's
-// replicas: its labels, Running and Ready at 127.0.0.1, its DNS and metrics ports c's.
+// replicas: of its template (as its ReplicaSet would, so the namespace's Pod Security admits it),
+// Running and Ready at 127.0.0.1, its DNS and metrics ports c's.
 func createReplicaPod(t *testing.T, cp *harness.ControlPlane, ns, name string, c *harness.CoreDNS) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, "coredns-global", metav1.GetOptions{})
 	must(t, err)
-	ports := []corev1.ContainerPort{{Name: "dns-tcp", ContainerPort: int32(portOf(t, c.Addr)), Protocol: corev1.ProtocolTCP}}
+	spec := d.Spec.Template.Spec
+	spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "dns-tcp", ContainerPort: int32(portOf(t, c.Addr)), Protocol: corev1.ProtocolTCP}}
 	if c.MetricsAddr != "" {
-		ports = append(ports, corev1.ContainerPort{Name: "metrics", ContainerPort: int32(portOf(t, c.MetricsAddr)), Protocol: corev1.ProtocolTCP})
+		spec.Containers[0].Ports = append(spec.Containers[0].Ports, corev1.ContainerPort{Name: "metrics", ContainerPort: int32(portOf(t, c.MetricsAddr)), Protocol: corev1.ProtocolTCP})
 	}
-	createRunningPod(t, cp, ns, name, "", "127.0.0.1", d.Spec.Selector.MatchLabels, ports)
+	createRunningPod(t, cp, ns, name, "127.0.0.1", d.Spec.Template.Labels, spec)
 }
 
-// createRunningPod creates a Pod with labels and one container with ports on node ("": none), and
-// reports it Running and Ready at ip through the status subresource, as a kubelet would.
-func createRunningPod(t *testing.T, cp *harness.ControlPlane, ns, name, node, ip string, labels map[string]string, ports []corev1.ContainerPort) {
+// createRunningPod creates a Pod with labels and spec, and reports it Running and Ready at ip
+// through the status subresource, as a kubelet would.
+func createRunningPod(t *testing.T, cp *harness.ControlPlane, ns, name, ip string, labels map[string]string, spec corev1.PodSpec) {
 	t.Helper()
 	ctx := context.Background()
-	pod, err := cp.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "coredns", Image: "coredns", Ports: ports}}},
-	}, metav1.CreateOptions{})
+	pod, err := cp.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: spec}, metav1.CreateOptions{})
 	must(t, err)
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
@@ -400,8 +399,8 @@ func kubeDNS(t *testing.T, cp *harness.ControlPlane, ip string, c *harness.CoreD
 	port := int32(portOf(t, c.Addr))
 	// On a Node: the EndpointSlice controller leaves out pods on none.
 	must(t, harness.CreateNode(context.Background(), cp.Client, harness.Node{Name: "dns-node", Zone: "us-east-1a", Region: "us-east-1"}))
-	createRunningPod(t, cp, "kube-system", "coredns-0", "dns-node", ip, labels, []corev1.ContainerPort{
-		{Name: "dns", ContainerPort: port, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: port, Protocol: corev1.ProtocolTCP}})
+	createRunningPod(t, cp, "kube-system", "coredns-0", ip, labels, corev1.PodSpec{NodeName: "dns-node", Containers: []corev1.Container{{Name: "coredns", Image: "coredns",
+		Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: port, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", ContainerPort: port, Protocol: corev1.ProtocolTCP}}}}})
 }
 
 // dropVerb removes verb from the rules of ClusterRole role on resource, and returns what puts it back.

@@ -12,6 +12,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
@@ -115,5 +118,60 @@ func TestDeployRenders(t *testing.T) {
 				t.Error("no PriorityClass")
 			}
 		})
+	}
+}
+
+// TestPodSecurityRestricted: every pod template shipped (deploy/base, deploy/overlays/ha, the chart
+// with its defaults, values-ha.yaml and every pod option) is admitted, as a Pod created by server-side
+// dry run, in a namespace enforcing Pod Security "restricted", as deploy/base's Namespace and
+// docs/install.md's do; the same pod with one privilege more is not, so the namespace does enforce.
+func TestPodSecurityRestricted(t *testing.T) {
+	ctx := context.Background()
+	c := client()
+	const ns = "pss-restricted"
+	_, base := kustomize(t, "deploy/base")
+	if l := base["Namespace/coredns-global"].GetLabels(); l["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("deploy/base's Namespace: labels %v", l)
+	}
+	must(t, harness.EnsureNamespace(ctx, c, ns))
+	n, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	must(t, err)
+	n.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	_, err = c.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+	must(t, err)
+	// What admission looks up: the ServiceAccount and the HA PriorityClass.
+	_, err = c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns-global"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pc, err := c.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "coredns-global"}, Value: 1000}, metav1.CreateOptions{})
+	if err == nil {
+		t.Cleanup(func() { _ = c.SchedulingV1().PriorityClasses().Delete(ctx, pc.Name, metav1.DeleteOptions{}) })
+	} else if !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
+	helm := helms(t)["helm4"]
+	_, ha := kustomize(t, "deploy/overlays/ha")
+	_, chart := helmTemplate(t, helm)
+	_, chartHA := helmTemplate(t, helm, "--values", chartPath(t, "values-ha.yaml"))
+	_, chartAll := helmTemplate(t, helm, "--set", "clusterName=east,clientLocality.sources={ecs,node,pod},networkPolicy.enabled=true,podAntiAffinity=node",
+		"--set", "image.digest=sha256:"+strings.Repeat("0", 64)+",priorityClass.create=true,podLabels.team=db,podAnnotations.note=x")
+	templates := map[string]*unstructured.Unstructured{
+		"deploy/base": base["Deployment/coredns-global"], "deploy/overlays/ha": ha["Deployment/coredns-global"],
+		"the chart": chart["Deployment/coredns-global"], "values-ha.yaml": chartHA["Deployment/coredns-global"],
+		"every pod option": chartAll["Deployment/coredns-global"],
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for name, u := range templates {
+		tpl := as[appsv1.Deployment](t, u).Spec.Template
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "coredns-global-", Labels: tpl.Labels, Annotations: tpl.Annotations}, Spec: tpl.Spec}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, dryRun); err != nil {
+			t.Errorf("%s: a pod of its template is refused under restricted: %v", name, err)
+		}
+		pod.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptrTo(true)
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, dryRun); err == nil || !strings.Contains(err.Error(), `violates PodSecurity "restricted`) {
+			t.Errorf("%s: a pod with privilege escalation is admitted under restricted: %v", name, err)
+		}
 	}
 }

@@ -44,7 +44,7 @@ func TestFirstDay(t *testing.T) {
 	tarball, err := harness.Built(harness.EnvImageTar, "image")
 	must(t, err)
 	install := docCommand(t, doc, "helm install coredns-global ")
-	template := append([]string{"template"}, slices.DeleteFunc(slices.Clone(install[1:]), func(a string) bool { return a == "--create-namespace" })...)
+	template := append([]string{"template"}, install[1:]...)
 	rendered := harness.RunHelm(t, helm, nil, append(template, "--kube-version", strings.TrimPrefix(kubernetesVersion(t), "v"))...)
 	ctr := as[appsv1.Deployment](t, objectsOf(t, rendered)["Deployment/coredns-global"]).Spec.Template.Spec.Containers[0]
 	if ref := imageName(t, tarball); ctr.Image != ref || ctr.ImagePullPolicy != corev1.PullIfNotPresent {
@@ -59,7 +59,8 @@ func TestFirstDay(t *testing.T) {
 	must(t, err)
 	foreign := foreignVersions(ctx, t, own, ns)
 
-	// Install: one replica.
+	// Install: the namespace, Pod Security restricted (TestPodSecurityRestricted), then one replica.
+	docNamespace(t, own, doc)
 	harness.RunHelm(t, helm, own, install...)
 	replicas := startRelease(t, own, "coredns-global", "coredns-global", 1)
 	eventually(t, "the answers of the installed release", func() error { return answers(t, replicas[0], "foo.db.global.", 4) })
