@@ -66,6 +66,8 @@ type Global struct {
 	// With `endpointslices off`: reports what an earlier writer left (writer.Leftovers).
 	leftovers func(context.Context)
 
+	// mu guards cancel and campaign: a SIGTERM runs OnShutdown while OnStartup may still be waiting.
+	mu       sync.Mutex
 	cancel   context.CancelFunc // stops the watcher, the index and the writer's informers
 	campaign context.CancelFunc // ends the campaign for the lease, releasing it
 	wg       sync.WaitGroup
@@ -83,7 +85,9 @@ func (g *Global) Ready() bool { return g.index.Ready() }
 func (g *Global) OnStartup() error {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
+	g.mu.Lock()
 	g.cancel = cancel
+	g.mu.Unlock()
 	// The topology first, briefly: the services are then built once, with it.
 	known := make(chan struct{})
 	first := sync.OnceFunc(func() { close(known) })
@@ -126,8 +130,10 @@ func (g *Global) startWriter(ctx context.Context) {
 	}
 	g.identity = writer.Identity()
 	g.writer.Start(ctx)
-	var campaign context.Context
-	campaign, g.campaign = context.WithCancel(ctx)
+	campaign, stop := context.WithCancel(ctx)
+	g.mu.Lock()
+	g.campaign = stop
+	g.mu.Unlock()
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -185,14 +191,20 @@ func (g *Global) discovered(d index.Discovered) {
 
 // OnShutdown stops everything OnStartup started and waits for it: on a Corefile reload the next
 // instance is already running its own.
+// OnStartup may not have got as far as the writer, or may not have started at all.
 func (g *Global) OnShutdown() error {
+	g.mu.Lock()
+	cancel, campaign := g.cancel, g.campaign
+	g.mu.Unlock()
 	if g.writer != nil {
 		// Stop writing before the lease is released: the next leader may start at once.
 		g.writer.Close()
-		g.campaign()
+		if campaign != nil {
+			campaign()
+		}
 	}
-	if g.cancel != nil {
-		g.cancel()
+	if cancel != nil {
+		cancel()
 		g.wg.Wait()
 	}
 	return nil

@@ -296,3 +296,23 @@ current-context: x
 		t.Errorf("setup with $KUBECONFIG: %v", err)
 	}
 }
+
+// A SIGTERM during OnStartup's wait runs OnShutdown before the writer's campaign exists (caddy
+// runs the shutdown callbacks from its signal handler): it must stop what exists, not panic.
+func TestShutdownBeforeTheWriterStarted(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"+
+		"contexts: [{name: c, context: {cluster: c}}]\ncurrent-context: c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := parse(caddy.NewTestController("dns", "global {\n kubeconfig "+kubeconfig+"\n}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.build(); err != nil || g.writer == nil {
+		t.Fatalf("build: %v", err)
+	}
+	if err := g.OnShutdown(); err != nil {
+		t.Fatal(err)
+	}
+}
