@@ -283,13 +283,17 @@ func (c *CoreDNS) run(bin, corefile string, out io.Writer, env []string) error {
 	return nil
 }
 
-// waitServing waits until a UDP query for ". SOA" gets any reply and, if
-// the ready plugin is configured, GET /ready returns 200.
+// waitServing waits until coredns has printed its banner, which it does once its servers
+// listen (so a reply is its own, not that of another process on the port), a UDP query for
+// ". SOA" gets any reply and, if the ready plugin is configured, GET /ready returns 200.
 func (c *CoreDNS) waitServing() error {
 	ctx := context.Background()
 	client := &dns.Client{Net: "udp", Timeout: 500 * time.Millisecond}
 	m := new(dns.Msg).SetQuestion(".", dns.TypeSOA)
 	if err := waitFor(ctx, c.proc, "coredns to answer DNS on "+c.Addr, func(context.Context) (bool, error) {
+		if !c.proc.logged("CoreDNS-") {
+			return false, nil
+		}
 		_, _, err := client.Exchange(m, c.Addr)
 		return err == nil, nil
 	}); err != nil {

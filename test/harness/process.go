@@ -175,6 +175,12 @@ func portClash(p *process, err error) error {
 }
 
 // tailFile returns the last n lines of the file at path.
+// logged tells whether the process's log holds s.
+func (p *process) logged(s string) bool {
+	b, err := os.ReadFile(p.logPath)
+	return err == nil && bytes.Contains(b, []byte(s))
+}
+
 func tailFile(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -200,12 +206,37 @@ func tailFile(path string, n int) string {
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("pick a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if handOut(port) {
+			return port, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// handedOut are the ports given to this test binary's processes. A port is free again once the
+// listener that found it closes, so the kernel may give it to a second process before the first
+// listens on it; and coredns listens with SO_REUSEPORT, so both would bind it, and one's queries
+// reach the other. No port is handed out twice.
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
+// handOut records port as handed out; false when it already was.
+func handOut(port int) bool {
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
+	if handedOut[port] {
+		return false
+	}
+	handedOut[port] = true
+	return true
 }
 
 // FreeAddr returns a loopback address whose TCP and UDP ports are both free right now, for a
@@ -221,7 +252,9 @@ func FreeAddr() (string, error) {
 		l.Close()
 		if err == nil {
 			u.Close()
-			return addr, nil
+			if handOut(l.Addr().(*net.TCPAddr).Port) {
+				return addr, nil
+			}
 		}
 	}
 }
@@ -236,13 +269,15 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	ports := make([]int, 0, n)
-	for range n {
+	for len(ports) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("pick a free port: %w", err)
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		if port := l.Addr().(*net.TCPAddr).Port; handOut(port) {
+			ports = append(ports, port)
+		}
 	}
 	return ports, nil
 }
