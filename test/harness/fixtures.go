@@ -719,7 +719,7 @@ func CreateStatefulSet(ctx context.Context, c kubernetes.Interface, s StatefulSe
 // CreatePod creates one more pod of StatefulSet s (whose Service exists) with the identity the
 // StatefulSet controller gives it (kubernetes pkg/controller/statefulset/stateful_set_utils.go
 // initIdentity: hostname the pod's name, subdomain the governing Service), and writes its
-// status as a kubelet would (setPodStatus). Only s's Namespace, Service and Ports are read.
+// status as a kubelet would (SetPodStatus). Only s's Namespace, Service and Ports are read.
 func CreatePod(ctx context.Context, c kubernetes.Interface, s StatefulSet, p Pod) error {
 	var containerPorts []corev1.ContainerPort
 	for _, p := range s.Ports {
@@ -742,7 +742,7 @@ func CreatePod(ctx context.Context, c kubernetes.Interface, s StatefulSet, p Pod
 	if err != nil {
 		return fmt.Errorf("create pod %s/%s: %w", s.Namespace, p.Name, err)
 	}
-	setPodStatus(created, p)
+	SetPodStatus(created, p)
 	if _, err := c.CoreV1().Pods(s.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update pod %s/%s status: %w", s.Namespace, p.Name, err)
 	}
@@ -760,10 +760,11 @@ func DeletePod(ctx context.Context, c kubernetes.Interface, namespace, pod strin
 	return nil
 }
 
-// setPodStatus writes the status a kubelet reports for a running pod (kubernetes
+// SetPodStatus writes the status a kubelet reports for a running pod at p's addresses, ready as
+// p says (kubernetes
 // pkg/kubelet/kubelet_pods.go generateAPIPodStatus; the conditions of
 // pkg/kubelet/status/generate.go).
-func setPodStatus(pod *corev1.Pod, p Pod) {
+func SetPodStatus(pod *corev1.Pod, p Pod) {
 	now := metav1.Now()
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.StartTime = &now

@@ -324,8 +324,9 @@ func startReplicasVia(t *testing.T, cp *harness.ControlPlane, p *harness.Proxy, 
 }
 
 // createReplicaPod makes the Pod a kubelet would report for process c, one of the Deployment's
-// replicas: of its template (as its ReplicaSet would, so the namespace's Pod Security admits it),
-// Running and Ready at 127.0.0.1, its DNS and metrics ports c's.
+// replicas: of its template (as its ReplicaSet would: kubernetes pkg/controller/controller_utils.go
+// GetPodFromTemplate; so the namespace's Pod Security admits it), Running and Ready at 127.0.0.1,
+// its DNS and metrics ports c's.
 func createReplicaPod(t *testing.T, cp *harness.ControlPlane, ns, name string, c *harness.CoreDNS) {
 	t.Helper()
 	ctx := context.Background()
@@ -346,8 +347,7 @@ func createRunningPod(t *testing.T, cp *harness.ControlPlane, ns, name, ip strin
 	ctx := context.Background()
 	pod, err := cp.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}, Spec: spec}, metav1.CreateOptions{})
 	must(t, err)
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	harness.SetPodStatus(pod, harness.Pod{IP: ip, Ready: true})
 	_, err = cp.Client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	must(t, err)
 }
@@ -362,7 +362,7 @@ func portOf(t *testing.T, addr string) int {
 }
 
 // setDeploymentAvailable reports n replicas of the Deployment up to date and available, as its
-// controller would.
+// controller would (kubernetes pkg/controller/deployment/sync.go calculateStatus).
 func setDeploymentAvailable(t *testing.T, cp *harness.ControlPlane, ns, name string, n int32) {
 	t.Helper()
 	ctx := context.Background()

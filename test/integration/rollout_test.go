@@ -101,7 +101,8 @@ func TestHARollout(t *testing.T) {
 	}
 }
 
-// createSchedulableNode creates a Ready Node with room for a few pods, as a kubelet registers it,
+// createSchedulableNode creates a Ready Node with room for a few pods, as a kubelet registers it
+// (kubernetes pkg/kubelet/kubelet_node_status.go initialNode, then its status updates),
 // without the not-ready taint the API server's TaintNodesByCondition admission gives a new Node: the
 // node lifecycle controller takes it off a Ready Node (that controller is not run here: it would
 // taint these Nodes, whose kubelets send no heartbeats, unreachable).
@@ -140,14 +141,7 @@ func playKubelets(ctx context.Context, t *testing.T, c kubernetes.Interface, ns 
 				err = c.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			case p.Spec.NodeName != "" && p.Status.Phase != corev1.PodRunning:
 				ip++
-				now := metav1.Now()
-				p.Status.Phase, p.Status.StartTime = corev1.PodRunning, &now
-				p.Status.PodIP = "10.244.9." + strconv.Itoa(ip%250+1)
-				p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-				p.Status.Conditions = []corev1.PodCondition{}
-				for _, ct := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
-					p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: ct, Status: corev1.ConditionTrue, LastTransitionTime: now})
-				}
+				harness.SetPodStatus(p, harness.Pod{IP: "10.244.9." + strconv.Itoa(ip%250+1), Ready: true})
 				_, err = c.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 			}
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
