@@ -25,6 +25,19 @@ const bareCorefile = `global:{{.Port}} {
 }
 `
 
+// linkedControlPlane starts a control plane of the test's own, with namespace ns and Linkerd's
+// multicluster namespace, where Links live, and a client of the Links.
+func linkedControlPlane(t *testing.T, ns string) (*harness.ControlPlane, dynamic.Interface) {
+	t.Helper()
+	own := harness.Start(t)
+	dyn, err := dynamic.NewForConfig(own.Config)
+	must(t, err)
+	for _, n := range []string{ns, linkerdNamespace} {
+		must(t, harness.EnsureNamespace(context.Background(), own.Client, n))
+	}
+	return own, dyn
+}
+
 // TestTopologyFromTheCluster: with neither `cluster` nor `locality` in the Corefile, this
 // cluster's name comes from its ClusterProperty cluster.clusterset.k8s.io, each linked cluster's
 // locality from its Linkerd Link's labels, and this cluster's from the labels all its Nodes share;
@@ -33,14 +46,9 @@ const bareCorefile = `global:{{.Port}} {
 // ClusterProperty names the whole cluster.
 func TestTopologyFromTheCluster(t *testing.T) {
 	ctx := context.Background()
-	own := harness.Start(t)
+	const ns = "db"
+	own, dyn := linkedControlPlane(t, ns)
 	c := own.Client
-	dyn, err := dynamic.NewForConfig(own.Config)
-	must(t, err)
-	const ns, linkNS = "db", "linkerd-multicluster"
-	for _, n := range []string{ns, linkNS} {
-		must(t, harness.EnsureNamespace(ctx, c, n))
-	}
 	localFooIn(t, c, ns) // on two Nodes of us-east-1, in zones a and b
 	for _, cluster := range []string{"west", "north", "far"} {
 		_, err := harness.CreateMirror(ctx, c, mirror(ns, cluster, true))
@@ -72,9 +80,9 @@ func TestTopologyFromTheCluster(t *testing.T) {
 
 	must(t, own.InstallTopologyCRDs(ctx))
 	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
-	must(t, harness.ApplyLink(ctx, dyn, linkNS, "west", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
-	must(t, harness.ApplyLink(ctx, dyn, linkNS, "north", map[string]string{"topology.kubernetes.io/region": "eu-north-1", "topology.kubernetes.io/zone": "eu-north-1a"}))
-	must(t, harness.ApplyLink(ctx, dyn, linkNS, "far", nil))
+	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "west", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
+	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "north", map[string]string{"topology.kubernetes.io/region": "eu-north-1", "topology.kubernetes.io/zone": "eu-north-1a"}))
+	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "far", nil))
 	d := harness.StartCoreDNS(t, own, fmt.Sprintf(bareCorefile, ""))
 	eventually(t, "the discovered topology", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 3, "far": 3}))
 	must(t, expect(t, d, "foo-1.east."+fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
@@ -91,7 +99,7 @@ func TestTopologyFromTheCluster(t *testing.T) {
 	})
 
 	// north moves to this region: re-ranked while running.
-	must(t, harness.ApplyLink(ctx, dyn, linkNS, "north", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
+	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "north", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
 	eventually(t, "north re-ranked", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 2, "far": 3}))
 
 	// The Corefile wins, and says so once.
@@ -125,17 +133,12 @@ const linkedCorefile = `global:{{.Port}} {
 // first. On a control plane of its own: the CRD changes every mirror's fate.
 func TestOnlyLinkedClustersMirror(t *testing.T) {
 	ctx := context.Background()
-	own := harness.Start(t)
+	const ns = "db"
+	own, dyn := linkedControlPlane(t, ns)
 	c := own.Client
-	dyn, err := dynamic.NewForConfig(own.Config)
-	must(t, err)
-	const ns, linkNS = "db", "linkerd-multicluster"
-	for _, n := range []string{ns, linkNS} {
-		must(t, harness.EnsureNamespace(ctx, c, n))
-	}
 	localFooIn(t, c, ns)
 	must(t, own.InstallTopologyCRDs(ctx))
-	must(t, harness.ApplyLink(ctx, dyn, linkNS, "west", nil))
+	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "west", nil))
 	west, err := harness.CreateMirror(ctx, c, mirror(ns, "west", true))
 	must(t, err)
 	evil, err := harness.CreateMirror(ctx, c, mirror(ns, "evil", true))
@@ -166,9 +169,9 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 		return nil
 	})
 	// A Link for evil: its mirror is a member; west's Link deleted: west's is not.
-	must(t, harness.ApplyLink(ctx, dyn, linkNS, "evil", nil))
+	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "evil", nil))
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"], "A "+west.ClusterIPs["foo-0"])...)
-	must(t, dyn.Resource(harness.LinkResource).Namespace(linkNS).Delete(ctx, "west", metav1.DeleteOptions{}))
+	must(t, dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace).Delete(ctx, "west", metav1.DeleteOptions{}))
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
 	must(t, expect(t, d, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
 }
