@@ -8,7 +8,11 @@ import (
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
 )
 
 // access is one thing the plugin does through the API.
@@ -113,8 +117,12 @@ func (hc *healthChecker) checkCanCreate(ctx context.Context) error {
 	}
 	var denied []string
 	seen := map[string]bool{}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(hc.k.client.Discovery()))
 	for _, o := range objs {
-		a := creation(o.kind, ns)
+		a, err := creation(mapper, o)
+		if err != nil {
+			return err
+		}
 		if seen[a.String()] {
 			continue
 		}
@@ -135,23 +143,17 @@ func (hc *healthChecker) checkCanCreate(ctx context.Context) error {
 	return nil
 }
 
-// creation is the access that creates an object of kind in ns.
-func creation(kind, ns string) access {
-	resources := map[string][2]string{
-		"Namespace": {"", "namespaces"}, "ClusterRole": {"rbac.authorization.k8s.io", "clusterroles"},
-		"ClusterRoleBinding": {"rbac.authorization.k8s.io", "clusterrolebindings"}, "PriorityClass": {"scheduling.k8s.io", "priorityclasses"},
-		"ServiceAccount": {"", "serviceaccounts"}, "ConfigMap": {"", "configmaps"}, "Service": {"", "services"},
-		"Deployment": {"apps", "deployments"}, "Role": {"rbac.authorization.k8s.io", "roles"},
-		"RoleBinding": {"rbac.authorization.k8s.io", "rolebindings"}, "PodDisruptionBudget": {"policy", "poddisruptionbudgets"},
-		"ServiceMonitor": {"monitoring.coreos.com", "servicemonitors"}, "PrometheusRule": {"monitoring.coreos.com", "prometheusrules"},
-		"ValidatingAdmissionPolicy":        {"admissionregistration.k8s.io", "validatingadmissionpolicies"},
-		"ValidatingAdmissionPolicyBinding": {"admissionregistration.k8s.io", "validatingadmissionpolicybindings"},
+// creation is the access that creates object o, its resource as the API serves its kind.
+func creation(mapper meta.RESTMapper, o manifest) (access, error) {
+	gv, err := schema.ParseGroupVersion(o.apiVersion)
+	if err != nil {
+		return access{}, err
 	}
-	r := resources[kind]
-	if clusterScoped[kind] {
-		ns = ""
+	m, err := mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: o.kind}, gv.Version)
+	if err != nil {
+		return access{}, fmt.Errorf("%s %s: %w", o.kind, o.name, err)
 	}
-	return access{verb: "create", group: r[0], resource: r[1], namespace: ns}
+	return access{verb: "create", group: m.Resource.Group, resource: m.Resource.Resource, namespace: o.namespace}, nil
 }
 
 func (hc *healthChecker) checkClusterDNSExists(ctx context.Context) error {

@@ -10,7 +10,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
 )
 
 func newInstallCmd(f *globalFlags) *cobra.Command {
@@ -23,7 +24,10 @@ func newInstallCmd(f *globalFlags) *cobra.Command {
 rendered with the values given, in a Namespace labelled linkerd.io/extension=global.
 
 The values are the chart's (deploy/chart/values.yaml), set with --set, --set-string, --set-json,
---set-file and --values as with Helm; --ha adds the chart's values-ha.yaml first.`,
+--set-file and --values as with Helm; --ha adds the chart's values-ha.yaml first (three replicas,
+one per node: it needs three schedulable nodes). The image is this CLI's build's unless
+image.repository, image.tag or image.digest say otherwise; run this command of a newer build, with
+the same flags, to upgrade.`,
 		Example: `  linkerd global install --set clusterName=east | kubectl apply -f -`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ns := f.namespace
@@ -43,7 +47,7 @@ The values are the chart's (deploy/chart/values.yaml), set with --set, --set-str
 	fl.StringArrayVar(&opts.stringValues, "set-string", nil, "Set STRING values on the command line (can specify multiple or separate values with commas: key1=val1,key2=val2)")
 	fl.StringArrayVar(&opts.jsonValues, "set-json", nil, "Set JSON values on the command line (can specify multiple or separate values with commas: key1=jsonval1,key2=jsonval2)")
 	fl.StringArrayVar(&opts.fileValues, "set-file", nil, "Set values from respective files specified via the command line (can specify multiple or separate values with commas: key1=path1,key2=path2)")
-	fl.BoolVar(&opts.ha, "ha", false, "Install in high availability mode (the chart's values-ha.yaml: 3 replicas on distinct nodes)")
+	fl.BoolVar(&opts.ha, "ha", false, "Install in high availability mode (the chart's values-ha.yaml: 3 replicas on distinct nodes, so it needs 3 schedulable nodes)")
 	return cmd
 }
 
@@ -83,9 +87,9 @@ the cluster by their labels. A Helm release's objects are not listed: "helm unin
 }
 
 // installed lists the extension's Namespaces and what this CLI installed outside them, found by
-// the labels the chart and install put on it: the chart's cluster-scoped kinds, and the Roles and
-// RoleBindings in the watched namespaces (with `namespaces`); what is in the Namespaces goes with
-// them.
+// the labels the chart and install put on it: objects of every kind the chart's templates can
+// render (chartKinds) that the API serves, cluster-scoped ones and those in other namespaces (the
+// Roles in the watched namespaces, with `namespaces`); what is in the Namespaces goes with them.
 func installed(ctx context.Context, k *kube) ([]manifest, error) {
 	nss, err := k.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: extensionLabel + "=" + extensionName})
 	if err != nil {
@@ -97,39 +101,27 @@ func installed(ctx context.Context, k *kube) ([]manifest, error) {
 		out = append(out, deletion("v1", "Namespace", &o))
 		extension = append(extension, o.Name)
 	}
+	kinds, err := chartKinds()
+	if err != nil {
+		return nil, err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(k.client.Discovery()))
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=" + partOf + ",app.kubernetes.io/managed-by=" + managedBy}
-	rbac, admission := k.client.RbacV1(), k.client.AdmissionregistrationV1()
-	for _, kind := range []struct {
-		apiVersion, kind string
-		list             func() (runtime.Object, error)
-	}{
-		{"rbac.authorization.k8s.io/v1", "ClusterRole", func() (runtime.Object, error) { return rbac.ClusterRoles().List(ctx, sel) }},
-		{"rbac.authorization.k8s.io/v1", "ClusterRoleBinding", func() (runtime.Object, error) { return rbac.ClusterRoleBindings().List(ctx, sel) }},
-		{"scheduling.k8s.io/v1", "PriorityClass", func() (runtime.Object, error) { return k.client.SchedulingV1().PriorityClasses().List(ctx, sel) }},
-		{"admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", func() (runtime.Object, error) {
-			return admission.ValidatingAdmissionPolicies().List(ctx, sel)
-		}},
-		{"admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", func() (runtime.Object, error) {
-			return admission.ValidatingAdmissionPolicyBindings().List(ctx, sel)
-		}},
-		{"rbac.authorization.k8s.io/v1", "Role", func() (runtime.Object, error) { return rbac.Roles(metav1.NamespaceAll).List(ctx, sel) }},
-		{"rbac.authorization.k8s.io/v1", "RoleBinding", func() (runtime.Object, error) { return rbac.RoleBindings(metav1.NamespaceAll).List(ctx, sel) }},
-	} {
-		l, err := kind.list()
+	for _, gvk := range kinds {
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if meta.IsNoMatchError(err) {
+			continue // not served (a CRD not installed): none can have been created
+		}
 		if err != nil {
 			return nil, err
 		}
-		items, err := meta.ExtractList(l)
+		l, err := k.dynamic.Resource(m.Resource).Namespace(metav1.NamespaceAll).List(ctx, sel)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("list %s: %w", m.Resource.GroupResource(), err)
 		}
-		for _, it := range items {
-			o, err := meta.Accessor(it)
-			if err != nil {
-				return nil, err
-			}
-			if !slices.Contains(extension, o.GetNamespace()) {
-				out = append(out, deletion(kind.apiVersion, kind.kind, o))
+		for i := range l.Items {
+			if o := &l.Items[i]; !slices.Contains(extension, o.GetNamespace()) {
+				out = append(out, deletion(gvk.GroupVersion().String(), gvk.Kind, o))
 			}
 		}
 	}
@@ -142,5 +134,5 @@ func deletion(apiVersion, kind string, o metav1.Object) manifest {
 	if ns := o.GetNamespace(); ns != "" {
 		text += "\n  namespace: " + ns
 	}
-	return manifest{kind: kind, name: o.GetName(), text: text}
+	return manifest{apiVersion: apiVersion, kind: kind, namespace: o.GetNamespace(), name: o.GetName(), text: text}
 }
