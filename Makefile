@@ -5,11 +5,25 @@
 SHELL := /bin/bash
 GO    ?= go
 
-VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The build's version, one per commit (git describe): a release tag vX.Y.Z gives X.Y.Z; any other
+# commit X.Y.Z-<n>-g<commit>, n commits after release X.Y.Z; -dirty when the work tree has changes.
+# A clone without the release tags (git fetch --tags) gives 0.0.0-<n>-g<commit>, n counting every
+# commit. It names the image, the chart a release packages, and what the CLI renders and compares.
+VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo "$${v:1}" || \
+	{ n=$$(git rev-list --count HEAD 2>/dev/null) && echo "0.0.0-$$n-g$$(git describe --always --dirty)"; } || echo 0.0.0-dev)
 LDFLAGS := -s -w -X github.com/coredns/coredns/coremain.GitCommit=$(VERSION)
+# The image `make image` builds, and the one bin/linkerd-global renders by default: a build of the
+# CLI renders the image of the same commit (make build image IMAGE_REPO=registry.example.com/x).
+IMAGE_REPO ?= ghcr.io/globaldns/coredns-global
+IMAGE_TAG  ?= $(VERSION)
+IMAGE      ?= $(IMAGE_REPO):$(IMAGE_TAG)
+CLI_LDFLAGS := -s -w -X main.version=$(VERSION) -X main.image=$(IMAGE)
 
-# The pinned control plane: versions come from the tool modules' go.mod files.
-K8S_VERSION  := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" {print $$3}' test/controlplane/kube/go.mod)
+# The pinned control plane: versions come from the tool modules' go.mod files. `make test-k8s
+# K8S=1.30.14` builds another Kubernetes release's the same way, from a module generated beside its
+# binaries (KUBE_MODULE), and runs the integration suite against it.
+K8S_PINNED   := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" {print $$3}' test/controlplane/kube/go.mod)
+K8S_VERSION  ?= $(K8S_PINNED)
 ETCD_VERSION := $(shell awk '$$1 == "require" && $$2 == "go.etcd.io/etcd/server/v3" {print $$3}' test/controlplane/etcd/go.mod)
 CACHE_HOME   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
 # The Kubernetes binaries report their release, as released builds do (/version: Helm checks a
@@ -18,6 +32,8 @@ K8S_MINOR    := $(word 2,$(subst ., ,$(K8S_VERSION)))
 K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) -X k8s.io/component-base/version.gitMajor=1 \
 	-X k8s.io/component-base/version.gitMinor=$(K8S_MINOR) -X k8s.io/component-base/version.gitTreeState=clean
 CONTROLPLANE ?= $(CACHE_HOME)/globaldns/controlplane/kubernetes-$(K8S_VERSION)_etcd-$(ETCD_VERSION)_r2
+KUBE_MODULES := $(CACHE_HOME)/globaldns/controlplane/modules
+KUBE_MODULE  := $(if $(filter $(K8S_PINNED),$(K8S_VERSION)),test/controlplane/kube,$(KUBE_MODULES)/kube-$(K8S_VERSION))
 # promtool checks and unit-tests deploy/monitoring's alerting rules; pinned like the control plane,
 # built without the cloud service discoveries (remove_all_sd): 1.5 minutes cold instead of 8.
 PROM_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/prometheus/prometheus" {print $$3}' test/tools/promtool/go.mod)
@@ -30,6 +46,7 @@ HELM4 ?= $(CACHE_HOME)/globaldns/tools/helm-$(HELM4_VERSION)/helm
 
 # The tests and the demo find the binaries through these.
 export GLOBAL_CONTROLPLANE_BIN := $(CONTROLPLANE)
+export GLOBAL_KUBE_VERSION     := $(K8S_VERSION)
 export GLOBAL_COREDNS_BIN      := $(CURDIR)/bin/coredns
 export GLOBAL_CLI_BIN          := $(CURDIR)/bin/linkerd-global
 export GLOBAL_IMAGE_TAR        := $(CURDIR)/bin/coredns-global.oci.tar
@@ -39,7 +56,7 @@ export GLOBAL_HELM4_BIN        := $(HELM4)
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build image controlplane promtool helm test unit run dig dnsperf bench soak vet fuzz clean help
+.PHONY: all build version image release previous controlplane promtool helm test test-k8s integration unit run dig dnsperf bench soak vet fuzz clean help
 all: build
 
 help:
@@ -55,19 +72,22 @@ help:
 
 # bin/linkerd-global, the Linkerd extension CLI (`linkerd global`), is a module of its own
 # (deploy/linkerd-global): Helm's rendering libraries and cobra stay out of the plugin's build. Its
-# version is the plugin's build string, so `linkerd global check` can compare the two.
+# version is the plugin's build string, so `linkerd global check` can compare the two, and it renders
+# IMAGE, the image of its own commit.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/coredns ./coredns
-	cd deploy/linkerd-global && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)' -o $(GLOBAL_CLI_BIN) .
+	cd deploy/linkerd-global && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(CLI_LDFLAGS)' -o $(GLOBAL_CLI_BIN) .
+
+# The version, for commands: helm upgrade ... --set image.tag=$$(make -s version).
+version:
+	@echo $(VERSION)
 
 # The image, without Docker: deploy/image (a module of its own) puts the two static builds into a
 # multi-arch OCI image layout tarball, reproducibly (every timestamp is SOURCE_DATE_EPOCH, by
 # default the commit's time). docker load, podman load, kind load image-archive and ctr import
 # take it as it is.
-# One tag scheme: the chart's appVersion, which the chart and deploy/base run (the labels still
-# record git describe and the commit).
-APP_VERSION       := $(shell awk '$$1 == "appVersion:" {gsub(/"/, "", $$2); print $$2}' deploy/chart/Chart.yaml)
-IMAGE             ?= ghcr.io/globaldns/coredns-global:$(APP_VERSION)
+# Tagged VERSION, every commit's image has a name of its own, so an upgrade changes the pod
+# template and rolls.
 IMAGE_SOURCE      ?= https://github.com/globaldns/global
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 image:
@@ -78,6 +98,23 @@ image:
 		-amd64 $(CURDIR)/bin/coredns-linux-amd64 -arm64 $(CURDIR)/bin/coredns-linux-arm64 \
 		-source '$(IMAGE_SOURCE)' -revision '$(shell git rev-parse HEAD 2>/dev/null)' -version '$(VERSION)'
 
+# The previous release, which the upgrade and version-skew tests (TestUpgradeRollback) install before
+# this build and run beside it: its bin/coredns, built from its commit as `make build` builds it, and
+# its source (its chart). Bump both when a release is made (docs/releasing.md).
+PREVIOUS_VERSION := 0.1.0
+PREVIOUS_COMMIT  := f162abc64b896c9435f267f9b97995cdef133b19
+PREVIOUS_DIR     := $(CURDIR)/bin/previous-$(PREVIOUS_VERSION)
+export GLOBAL_PREVIOUS_DIR     := $(PREVIOUS_DIR)
+export GLOBAL_PREVIOUS_VERSION := $(PREVIOUS_VERSION)
+previous: $(PREVIOUS_DIR)/coredns
+
+$(PREVIOUS_DIR)/coredns:
+	rm -rf $(PREVIOUS_DIR) && mkdir -p $(PREVIOUS_DIR)/src
+	git cat-file -e $(PREVIOUS_COMMIT)^{commit} 2>/dev/null || git fetch --depth=1 origin $(PREVIOUS_COMMIT)
+	git archive $(PREVIOUS_COMMIT) | tar -x -C $(PREVIOUS_DIR)/src
+	cd $(PREVIOUS_DIR)/src && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(PREVIOUS_VERSION)' -o $@.tmp ./coredns
+	mv $@.tmp $@
+
 controlplane: $(CONTROLPLANE)/etcd $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl
 
 # Each tool is built from its own small module (k8s.io/kubernetes cannot be `go install`ed), to a
@@ -87,10 +124,49 @@ $(CONTROLPLANE)/etcd:
 	cd test/controlplane/etcd && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
-$(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl:
+$(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl: | $(KUBE_MODULE)/go.mod
 	@mkdir -p $(@D)
-	cd test/controlplane/kube && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
+	cd $(KUBE_MODULE) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
 	mv $@.tmp $@
+
+# Another release's module: the pinned one's tools.go, and a go.mod requiring that k8s.io/kubernetes
+# with each staging module its replace block points at ./staging/src replaced by the published
+# v0.<minor>.<patch> (as test/controlplane/kube/go.mod does for the pinned release).
+$(KUBE_MODULES)/kube-%/go.mod:
+	@mkdir -p $(@D)
+	cp test/controlplane/kube/tools.go $(@D)/tools.go
+	cd $(@D) && gomod=$$($(GO) mod download -json k8s.io/kubernetes@$* | awk -F'"' '$$2 == "GoMod" {print $$4}') && \
+	test -n "$$gomod" && { printf 'module globaltest/controlplane/kube\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' $*; \
+		awk -v v=$(subst v1.,v0.,$*) '$$2 == "=>" && $$3 ~ /^\.\/staging\// {print "\t" $$1 " => " $$1 " " v}' "$$gomod"; echo ')'; } > go.mod.tmp && \
+	mv go.mod.tmp go.mod && $(GO) mod tidy
+
+# cyclonedx-gomod, CycloneDX's SBOM generator for Go, which `make release` runs; pinned likewise.
+CYCLONEDX_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/CycloneDX/cyclonedx-gomod" {print $$3}' test/tools/cyclonedx/go.mod)
+CYCLONEDX         ?= $(CACHE_HOME)/globaldns/tools/cyclonedx-gomod-$(CYCLONEDX_VERSION)/cyclonedx-gomod
+
+$(CYCLONEDX):
+	@mkdir -p $(@D)
+	cd test/tools/cyclonedx && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
+	mv $@.tmp $@
+
+# A release, into RELEASE_DIR: the image archive, the coredns binaries in it, the chart packaged for
+# this build (its version, and this image by default), linkerd-global for linux and darwin on amd64
+# and arm64, an SBOM of each binary (cyclonedx-gomod), CHANGELOG.md's section of the version and
+# SHA256SUMS. Made from a release tag vX.Y.Z, it is release X.Y.Z (docs/releasing.md); from any
+# other commit, a snapshot of it with CHANGELOG.md's Unreleased section.
+RELEASE_DIR ?= bin/release/$(VERSION)
+export GLOBAL_RELEASE_DIR := $(abspath $(RELEASE_DIR))
+CLI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release: image $(HELM4) $(CYCLONEDX)
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	cp $(GLOBAL_IMAGE_TAR) $(RELEASE_DIR)/coredns-global-$(VERSION).oci.tar
+	for arch in amd64 arm64; do cp bin/coredns-linux-$$arch $(RELEASE_DIR)/coredns-$(VERSION)-linux-$$arch || exit 1; done
+	for p in $(CLI_PLATFORMS); do \
+		(cd deploy/linkerd-global && CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(CLI_LDFLAGS)' \
+			-o $(abspath $(RELEASE_DIR))/linkerd-global-$(VERSION)-$${p%/*}-$${p#*/} .) || exit 1; \
+	done
+	$(GO) run ./deploy/release -dir $(RELEASE_DIR) -version $(VERSION) -image $(IMAGE) -helm $(HELM4) -cyclonedx $(CYCLONEDX)
+	@echo "release $(VERSION) in $(RELEASE_DIR)"
 
 helm: $(HELM3) $(HELM4)
 
@@ -113,11 +189,25 @@ vet:
 	cd deploy/image && $(GO) vet ./...
 	cd deploy/linkerd-global && $(GO) vet ./...
 
-test: build image controlplane helm promtool vet dig
+test: build image release previous controlplane helm promtool vet dig
 	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd deploy/image && $(GO) test -count=1 ./...
 	cd deploy/linkerd-global && $(GO) test -count=1 ./...
+
+# The integration suite (and the harness's own tests) against another Kubernetes release's control
+# plane, K8S=<version> from the module proxy (make test-k8s K8S=1.30.14), built once like the pinned
+# one and cached beside it. The chart's kubeVersion states the releases run so (docs/install.md).
+K8S ?=
+test-k8s: build image helm promtool dig
+	@test -n "$(K8S)" || { echo "usage: make test-k8s K8S=<Kubernetes version>, e.g. K8S=1.30.14"; exit 1; }
+	$(MAKE) controlplane K8S_VERSION=v$(patsubst v%,%,$(K8S))
+	$(MAKE) integration K8S_VERSION=v$(patsubst v%,%,$(K8S))
+
+# The tests under test/ alone, on what is built (TESTFLAGS='-run TestHA -v' picks and shows).
+TESTFLAGS ?=
+integration:
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./test/...
 
 # The soak: TestRandomHistory's history and faults, one after another, under about 2,000 queries a second,
 # for SOAK (a Go duration), reported into docs/soak.md. SOAKFLAGS passes more (-seed N).

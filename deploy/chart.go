@@ -4,7 +4,11 @@ package deploy
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
+	"regexp"
+	"strconv"
+	"strings"
 )
 
 //go:embed all:chart
@@ -17,4 +21,53 @@ func Chart() fs.FS {
 		panic(err) // the directory is embedded above: it is there
 	}
 	return sub
+}
+
+// The lines of Chart.yaml and values.yaml a build sets.
+var (
+	chartVersion    = regexp.MustCompile(`(?m)^version: .*$`)
+	chartAppVersion = regexp.MustCompile(`(?m)^appVersion: .*$`)
+	imageDefaults   = regexp.MustCompile(`(?m)^image:\n((?:  #.*\n)*)  repository: ""\n((?:  #.*\n)*)  tag: ""\n`)
+)
+
+// BuildChart is the chart of one build, file by file (paths relative to the chart): its version
+// and appVersion are version, and its image defaults to image (repository:tag), the image `make
+// image` built with it. `make release` packages it, and `linkerd global install` renders it, so
+// that both run the image of their own build and an upgrade to another build changes the pods.
+func BuildChart(version, image string) (map[string][]byte, error) {
+	repository, tag, ok := splitImage(image)
+	if !ok || version == "" {
+		return nil, fmt.Errorf("a build's chart needs a version (%q) and an image repository:tag (%q)", version, image)
+	}
+	files := map[string][]byte{}
+	err := fs.WalkDir(Chart(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		files[p], err = fs.ReadFile(Chart(), p)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	meta := chartVersion.ReplaceAllLiteral(files["Chart.yaml"], []byte("version: "+version))
+	files["Chart.yaml"] = chartAppVersion.ReplaceAllLiteral(meta, []byte("appVersion: "+strconv.Quote(version)))
+	values := string(files["values.yaml"])
+	if !imageDefaults.MatchString(values) {
+		return nil, fmt.Errorf(`deploy/chart/values.yaml: no image block with repository: "" and tag: ""`)
+	}
+	files["values.yaml"] = []byte(imageDefaults.ReplaceAllLiteralString(values, "image:\n"+
+		"  # This build's image, as `make image` names it.\n"+
+		"  repository: "+repository+"\n"+
+		"  tag: "+strconv.Quote(tag)+"\n"))
+	return files, nil
+}
+
+// splitImage splits repository:tag; a port in the registry's host is not a tag.
+func splitImage(image string) (repository, tag string, ok bool) {
+	i := strings.LastIndexByte(image, ':')
+	if i < 0 || strings.Contains(image[i:], "/") {
+		return "", "", false
+	}
+	return image[:i], image[i+1:], image[:i] != "" && image[i+1:] != ""
 }

@@ -142,7 +142,9 @@ func (hc *healthChecker) checkVersion(context.Context) error {
 		}
 	}
 	if len(differ) > 0 {
-		return fmt.Errorf("the CLI is %s; %s", version, strings.Join(sorted(differ), ", "))
+		return fmt.Errorf("the CLI is %s; %s: upgrade the replicas to the CLI's build (`linkerd global install` with the flags you installed with, "+
+			"| kubectl apply -f -; or helm upgrade ... --set image.tag=%s: docs/install.md#5-upgrade-and-roll-back), or run the CLI of their build",
+			version, strings.Join(sorted(differ), ", "), version)
 	}
 	return nil
 }

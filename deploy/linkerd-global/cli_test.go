@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -12,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/globaldns/global/deploy"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
 	"sigs.k8s.io/yaml"
 )
 
@@ -29,11 +33,19 @@ func objects(t *testing.T, ms []manifest) []map[string]any {
 	return out
 }
 
-// TestRenderPlacesEveryObject: with every optional object on, each rendered kind has a known scope,
-// each namespaced object is in the namespace, the labelled Namespace comes first, and the values
-// reach the Corefile.
+// The scopes of the kinds the chart renders, as the API serves them (the CLI itself asks no list:
+// the chart places each object; test/integration's TestCLIRendersTheChart asks the API server).
+var (
+	clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "PriorityClass": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+	namespaced = map[string]bool{"ServiceAccount": true, "ConfigMap": true, "Service": true, "Deployment": true, "Role": true,
+		"RoleBinding": true, "PodDisruptionBudget": true, "ServiceMonitor": true, "PrometheusRule": true, "NetworkPolicy": true}
+)
+
+// TestRenderPlacesEveryObject: with every optional object on, the chart places each namespaced
+// object in the namespace, the labelled Namespace comes first, and the values reach the Corefile.
 func TestRenderPlacesEveryObject(t *testing.T) {
-	ms, err := render(valueOptions{ha: true, values: []string{"image.repository=ghcr.io/globaldns/coredns-global,clusterName=east,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true"},
+	ms, err := render(valueOptions{ha: true, values: []string{"image.repository=ghcr.io/globaldns/coredns-global,clusterName=east,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true,networkPolicy.enabled=true"},
 		jsonValues: []string{`localities={"west":{"zone":"us-east-1b"}}`}}, "dns")
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +65,8 @@ func TestRenderPlacesEveryObject(t *testing.T) {
 			if meta["namespace"] != nil {
 				t.Errorf("%s %s has a namespace", kind, meta["name"])
 			}
+		case !namespaced[kind]:
+			t.Errorf("%s %s: a kind this test does not know the scope of", kind, meta["name"])
 		case meta["namespace"] != "dns":
 			t.Errorf("%s %s: namespace %v", kind, meta["name"], meta["namespace"])
 		}
@@ -60,7 +74,7 @@ func TestRenderPlacesEveryObject(t *testing.T) {
 			t.Errorf("%s %s: labels %v", kind, meta["name"], labels)
 		}
 	}
-	for _, k := range []string{"PriorityClass", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ClusterRole", "Deployment", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+	for _, k := range []string{"PriorityClass", "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ClusterRole", "Deployment", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "NetworkPolicy"} {
 		if !kinds[k] {
 			t.Errorf("no %s rendered: %v", k, kinds)
 		}
@@ -244,6 +258,59 @@ func TestRenderKeepsTheChartsNamespaces(t *testing.T) {
 	for _, want := range []string{"Role/coredns-global db", "RoleBinding/coredns-global db", "Role/coredns-global-lease dns", "Deployment/coredns-global dns"} {
 		if placed[want] == "" {
 			t.Errorf("no %s: %v", want, placed)
+		}
+	}
+}
+
+// TestChartKinds: uninstall looks for every kind a template of the chart writes.
+func TestChartKinds(t *testing.T) {
+	kinds, err := chartKinds()
+	must(t, err)
+	written := map[string]bool{}
+	names, err := fs.Glob(deploy.Chart(), "templates/*.yaml")
+	must(t, err)
+	for _, name := range names {
+		data, err := fs.ReadFile(deploy.Chart(), name)
+		must(t, err)
+		for _, m := range regexp.MustCompile(`(?m)^kind: (\w+)$`).FindAllStringSubmatch(string(data), -1) {
+			written[m[1]] = true
+		}
+	}
+	var got []string
+	for _, k := range kinds {
+		got = append(got, k.Kind)
+	}
+	if len(got) != len(written) || len(got) < 12 {
+		t.Errorf("chartKinds %v; the templates write %v", kinds, written)
+	}
+	for _, k := range got {
+		if !written[k] {
+			t.Errorf("chartKinds has %s, which no template writes", k)
+		}
+	}
+}
+
+// TestBuildChart: a build's chart (what make release packages and install renders) carries the
+// build's version and runs its image; the chart as it is requires an image.
+func TestBuildChart(t *testing.T) {
+	files, err := deploy.BuildChart("1.2.3-4-gabcdef0", "registry.example.com:5000/dns/coredns-global:1.2.3-4-gabcdef0")
+	must(t, err)
+	var buffered []*loader.BufferedFile
+	for name, data := range files {
+		buffered = append(buffered, &loader.BufferedFile{Name: name, Data: data})
+	}
+	c, err := loader.LoadFiles(buffered)
+	must(t, err)
+	if c.Metadata.Version != "1.2.3-4-gabcdef0" || c.Metadata.AppVersion != "1.2.3-4-gabcdef0" {
+		t.Errorf("Chart.yaml: version %q, appVersion %q", c.Metadata.Version, c.Metadata.AppVersion)
+	}
+	img := c.Values["image"].(map[string]any)
+	if img["repository"] != "registry.example.com:5000/dns/coredns-global" || img["tag"] != "1.2.3-4-gabcdef0" || img["pullPolicy"] != "IfNotPresent" {
+		t.Errorf("values image: %v", img)
+	}
+	for _, bad := range []string{"registry.example.com:5000/coredns-global", "coredns-global", ":1.2.3"} {
+		if _, err := deploy.BuildChart("1.2.3", bad); err == nil {
+			t.Errorf("image %q: no error", bad)
 		}
 	}
 }

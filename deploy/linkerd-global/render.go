@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/globaldns/global/deploy"
@@ -17,6 +18,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	"helm.sh/helm/v3/pkg/strvals"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 )
 
@@ -99,38 +101,39 @@ func mergeMaps(a, b map[string]any) map[string]any {
 	return out
 }
 
-// loadChart loads the embedded deploy/chart.
+// loadChart loads the chart this CLI renders: the build's (deploy.BuildChart) when the Makefile
+// named its version and image, so that it renders the image of its own commit, the one `make image`
+// built with it; else deploy/chart as it is (a plain `go build`).
 func loadChart() (*chart.Chart, fs.FS, error) {
 	ch := deploy.Chart()
-	var files []*loader.BufferedFile
-	err := fs.WalkDir(ch, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+	files := map[string][]byte{}
+	var err error
+	if image != "" {
+		files, err = deploy.BuildChart(version, image)
+	} else {
+		err = fs.WalkDir(ch, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			files[p], err = fs.ReadFile(ch, p)
 			return err
-		}
-		data, err := fs.ReadFile(ch, p)
-		files = append(files, &loader.BufferedFile{Name: p, Data: data})
-		return err
-	})
+		})
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := loader.LoadFiles(files)
+	var buffered []*loader.BufferedFile
+	for name, data := range files {
+		buffered = append(buffered, &loader.BufferedFile{Name: name, Data: data})
+	}
+	c, err := loader.LoadFiles(buffered)
 	return c, ch, err
 }
 
 // manifest is one rendered object, its text as the chart wrote it (comments kept).
 type manifest struct {
-	kind, name, text string
+	apiVersion, kind, namespace, name, text string
 }
-
-// clusterScoped are the cluster-scoped kinds the chart may render; namespaced the rest it may.
-// A kind in neither stops the render: its scope decides where it goes and whether uninstall lists it.
-var (
-	clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true, "PriorityClass": true,
-		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
-	namespaced = map[string]bool{"ServiceAccount": true, "ConfigMap": true, "Service": true, "Deployment": true, "Role": true,
-		"RoleBinding": true, "PodDisruptionBudget": true, "ServiceMonitor": true, "PrometheusRule": true}
-)
 
 // render renders the chart as release coredns-global in namespace ns, with opts, in Helm's
 // install order, the extension's Namespace first, every namespaced object placed in ns.
@@ -161,51 +164,59 @@ func render(opts valueOptions, ns string) ([]manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The chart gives every namespaced object its namespace, as Linkerd's charts do, so that the
+	// output means the same to `kubectl apply` whatever the kubeconfig's current namespace.
 	out := []manifest{namespaceManifest(ns)}
 	for _, m := range sorted {
 		if m.Head == nil || m.Head.Metadata == nil {
 			return nil, fmt.Errorf("%s renders an object without a kind or a name", m.Name)
 		}
-		kind, name := m.Head.Kind, m.Head.Metadata.Name
-		text := strings.TrimSpace(m.Content)
-		switch {
-		case namespaced[kind]:
-			if text, err = placeIn(text, ns); err != nil {
-				return nil, fmt.Errorf("%s %s: %w", kind, name, err)
-			}
-		case !clusterScoped[kind]:
-			return nil, fmt.Errorf("%s renders a %s, of a scope this CLI does not know", m.Name, kind)
+		var placed struct {
+			Metadata struct{ Namespace string } `json:"metadata"`
 		}
-		out = append(out, manifest{kind: kind, name: name, text: text})
+		if err := yaml.Unmarshal([]byte(m.Content), &placed); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Name, err)
+		}
+		out = append(out, manifest{apiVersion: m.Head.Version, kind: m.Head.Kind, namespace: placed.Metadata.Namespace,
+			name: m.Head.Metadata.Name, text: strings.TrimSpace(m.Content)})
 	}
 	return out, nil
 }
 
-// topMetadata is the metadata: line of an object, at the top level; ownNamespace, a namespace the
-// chart gave it (the Roles in the watched namespaces).
-var (
-	topMetadata  = regexp.MustCompile(`(?m)^metadata:[ \t]*$`)
-	ownNamespace = regexp.MustCompile(`(?m)^  namespace: `)
-)
+// chartKind matches the apiVersion and kind of an object a template writes.
+var chartKind = regexp.MustCompile(`(?m)^apiVersion: (\S+)\n(?:#.*\n)*kind: (\w+)$`)
 
-// placeIn puts the object of text in namespace ns, unless the chart placed it, as `helm install
-// --namespace` does through its client: a manifest for kubectl must say it. Text, not a
-// re-encoding, so the chart's comments stay.
-func placeIn(text, ns string) (string, error) {
-	loc := topMetadata.FindStringIndex(text)
-	if loc == nil {
-		return "", fmt.Errorf("no metadata")
+// chartKinds are the kinds the chart's templates can render, read from the templates themselves:
+// uninstall looks for each, and no list of them is kept by hand.
+func chartKinds() ([]schema.GroupVersionKind, error) {
+	ch := deploy.Chart()
+	names, err := fs.Glob(ch, "templates/*.yaml")
+	if err != nil {
+		return nil, err
 	}
-	if ownNamespace.MatchString(text) {
-		return text, nil
+	var out []schema.GroupVersionKind
+	for _, name := range names {
+		data, err := fs.ReadFile(ch, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range chartKind.FindAllStringSubmatch(string(data), -1) {
+			gv, err := schema.ParseGroupVersion(m[1])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if gvk := gv.WithKind(m[2]); !slices.Contains(out, gvk) {
+				out = append(out, gvk)
+			}
+		}
 	}
-	return text[:loc[1]] + "\n  namespace: " + ns + text[loc[1]:], nil
+	return out, nil
 }
 
 // namespaceManifest is the extension's Namespace: labelled so `linkerd check` finds the extension,
 // and Pod Security "restricted", which the pods meet (deploy/base/namespace.yaml).
 func namespaceManifest(ns string) manifest {
-	return manifest{kind: "Namespace", name: ns, text: fmt.Sprintf(`apiVersion: v1
+	return manifest{apiVersion: "v1", kind: "Namespace", name: ns, text: fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
   name: %s

@@ -24,8 +24,13 @@ const (
 )
 
 // version is the build's, set by the Makefile (-X main.version=...): the same string the
-// plugin reports after its CoreDNS version (version=1.15.0+<this>).
-var version = "dev"
+// plugin reports after its CoreDNS version (version=1.15.0+<this>). image is the image `make
+// image` built with it (repository:tag), which install renders by default; "" in a plain `go
+// build`, which renders deploy/chart as it is.
+var (
+	version = "dev"
+	image   = ""
+)
 
 // globalFlags are the flags every Linkerd extension must accept (EXTENSIONS.md), and this one's own
 // way to reach the replicas.
@@ -71,6 +76,6 @@ On the PATH as linkerd-global, it runs as "linkerd global".`,
 	pf.BoolVar(&f.verbose, "verbose", false, "Turn on debug logging")
 	pf.StringVar(&f.namespace, "global-namespace", "", "Namespace of the extension (install: "+defaultNamespace+"; otherwise found by its label or its Deployment)")
 	pf.BoolVar(&f.directPods, "direct-pods", false, "Reach pods at their IP addresses instead of through a port-forward (the machine must reach the pod network)")
-	root.AddCommand(newInstallCmd(f), newUninstallCmd(f), newCheckCmd(f), newStatusCmd(f), newExplainCmd(f), newMetadataCmd())
+	root.AddCommand(newInstallCmd(f), newUninstallCmd(f), newCheckCmd(f), newStatusCmd(f), newExplainCmd(f), newVersionCmd(f), newMetadataCmd())
 	return root
 }

@@ -37,6 +37,8 @@ func newStatusCmd(f *globalFlags) *cobra.Command {
 		Long: `Show each cluster of the mesh as a replica sees it (dig CH TXT <zone>): its locality and
 where that came from, its tier from this cluster, whether Linkerd's gateway to it is alive, its
 global services and its ready records. Linked clusters without records yet are listed from their Links.`,
+		Example: `  linkerd global status
+  linkerd global status -o json`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != tableOutput && output != jsonOutput {
 				return fmt.Errorf("invalid output type %q: supported output types are table, json", output)
