@@ -73,12 +73,14 @@ docs/troubleshooting.md. The exit status is 1 when a check fails.`,
 	return cmd
 }
 
-// metadata is the answer to _extension-metadata (linkerd2 pkg/healthcheck ExtensionMetadataOutput):
-// "always" has `linkerd check` run this extension's checks even where it is not installed, where
-// they say so (and --pre tells whether it can be).
+// metadata is the answer to _extension-metadata (linkerd2 pkg/healthcheck ExtensionMetadataOutput).
+// Checks is left out, not "always": `linkerd check` then runs this extension's checks only where a
+// Namespace labelled linkerd.io/extension=global exists (linkerd2 cli/cmd/check_extensions.go,
+// findExtensions; "always" would run them, and fail them, on every cluster without the extension).
+// Every way of installing labels its namespace so.
 type metadata struct {
 	Name   string `json:"name"`
-	Checks string `json:"checks"`
+	Checks string `json:"checks,omitempty"`
 }
 
 func newMetadataCmd() *cobra.Command {
@@ -88,7 +90,7 @@ func newMetadataCmd() *cobra.Command {
 		Args:               cobra.ArbitraryArgs,
 		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := json.Marshal(metadata{Name: "linkerd-" + extensionName, Checks: "always"})
+			b, err := json.Marshal(metadata{Name: "linkerd-" + extensionName})
 			if err == nil {
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
 			}
