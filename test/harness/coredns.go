@@ -90,6 +90,12 @@ type coreDNSOptions struct {
 	kubeconfig string
 	env        []string
 	files      map[string]string
+	binary     string
+}
+
+// WithBinary runs the coredns binary at path instead of CoreDNSBinary() (another release's).
+func WithBinary(path string) CoreDNSOption {
+	return func(o *coreDNSOptions) { o.binary = path }
 }
 
 // WithKubeconfig makes {{.Kubeconfig}} path instead of the control plane's
@@ -170,6 +176,9 @@ func StartCoreDNS(t testing.TB, cp *ControlPlane, corefileTemplate string, opts 
 	}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.binary != "" {
+		bin = o.binary
 	}
 	tmpl, err := template.New("Corefile").Option("missingkey=error").Parse(corefileTemplate)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -349,9 +350,13 @@ func chartAppVersion(t *testing.T) string {
 	return chart.AppVersion
 }
 
-// kubernetesVersion is the Kubernetes release the control plane is built from (make controlplane).
+// kubernetesVersion is the Kubernetes release the control plane is built from (make controlplane,
+// or make test-k8s K8S=...), as the Makefile says it, else the pinned one.
 func kubernetesVersion(t *testing.T) string {
 	t.Helper()
+	if v := os.Getenv("GLOBAL_KUBE_VERSION"); v != "" {
+		return v
+	}
 	b, err := os.ReadFile(repoPath(t, "test/controlplane/kube/go.mod"))
 	must(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
@@ -428,7 +433,7 @@ func TestChartInstall(t *testing.T) {
 
 // docCommand returns the arguments of the command of the Markdown file doc (relative to the
 // repository) that starts with prefix, without its program name and its trailing # comment, with
-// its paths made absolute.
+// its paths made absolute and $(make -s version) replaced by what that command prints here.
 func docCommand(t *testing.T, doc, prefix string) []string {
 	t.Helper()
 	root := repoPath(t)
@@ -437,9 +442,12 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 	for _, line := range strings.Split(string(text), "\n") {
 		if line = strings.TrimSpace(line); strings.HasPrefix(line, prefix) {
 			line, _, _ = strings.Cut(line, " #")
+			if strings.Contains(line, makeVersion) {
+				line = strings.ReplaceAll(line, makeVersion, buildVersion(t))
+			}
 			args := strings.Fields(line)[1:]
 			for i, a := range args {
-				if strings.HasPrefix(a, "deploy/") {
+				if _, err := os.Stat(filepath.Join(root, a)); err == nil && strings.HasPrefix(a, "deploy/") {
 					args[i] = filepath.Join(root, a)
 				}
 			}
@@ -448,6 +456,22 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 	}
 	t.Fatalf("%s has no command %q", doc, prefix)
 	return nil
+}
+
+// makeVersion is how the docs name this build's version in a command.
+const makeVersion = "$(make -s version)"
+
+// buildVersion is what `make -s version` prints in the repository, as a user's shell runs it.
+func buildVersion(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("make", "-s", "version")
+	cmd.Dir = repoPath(t)
+	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make -s version: %v", err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // docNamespace runs doc's commands that make the namespace coredns-global, labelled Pod Security
@@ -459,7 +483,7 @@ func docNamespace(t *testing.T, cp *harness.ControlPlane, doc string) {
 	}
 	ns, err := cp.Client.CoreV1().Namespaces().Get(context.Background(), "coredns-global", metav1.GetOptions{})
 	must(t, err)
-	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" || ns.Labels["linkerd.io/extension"] != "global" {
 		t.Errorf("%s's namespace: labels %v", doc, ns.Labels)
 	}
 }
@@ -477,25 +501,32 @@ func kubeconfigOf(t *testing.T, cp *harness.ControlPlane, ns, name string) strin
 
 // startRelease starts n bin/coredns processes as an installed release's pods would run: its
 // ConfigMap's Corefile, its Deployment's environment, its ServiceAccount's token.
-func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int) []*harness.CoreDNS {
+func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int, opts ...harness.CoreDNSOption) []*harness.CoreDNS {
 	t.Helper()
 	ctx := context.Background()
 	cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	must(t, err)
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	must(t, err)
-	env := []string{"KUBECONFIG=" + kubeconfigOf(t, cp, ns, name), "KUBERNETES_SERVICE_HOST=", "POD_NAMESPACE=" + ns}
-	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+	env := podEnv(ns, kubeconfigOf(t, cp, ns, name), d.Spec.Template.Spec.Containers[0])
+	tmpl := localize(cm.Data["Corefile"], repoPath(t))
+	var out []*harness.CoreDNS
+	for range n {
+		out = append(out, harness.StartCoreDNS(t, nil, tmpl, append([]harness.CoreDNSOption{harness.WithEnv(env...)}, opts...)...))
+	}
+	return out
+}
+
+// podEnv is the environment of container ctr in a pod of namespace ns, reaching the API server
+// with kubeconfig (a ServiceAccount's token) instead of the in-cluster configuration.
+func podEnv(ns, kubeconfig string, ctr corev1.Container) []string {
+	env := []string{"KUBECONFIG=" + kubeconfig, "KUBERNETES_SERVICE_HOST=", "POD_NAMESPACE=" + ns}
+	for _, e := range ctr.Env {
 		if e.ValueFrom == nil {
 			env = append(env, e.Name+"="+e.Value)
 		}
 	}
-	tmpl := localize(cm.Data["Corefile"], repoPath(t))
-	var out []*harness.CoreDNS
-	for range n {
-		out = append(out, harness.StartCoreDNS(t, nil, tmpl, harness.WithEnv(env...)))
-	}
-	return out
+	return env
 }
 
 // rulesOf are the rules of the ClusterRoles and Roles of a rendered stream, as JSON, by the role's

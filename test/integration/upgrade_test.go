@@ -1,0 +1,276 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// release is a build of the plugin: its version, the image that holds it, its coredns and its chart.
+type release struct {
+	version, image, binary, chart string
+}
+
+// previousRelease is the release before this build (make previous: its coredns and its source).
+func previousRelease(t *testing.T) release {
+	t.Helper()
+	dir, version := os.Getenv("GLOBAL_PREVIOUS_DIR"), os.Getenv("GLOBAL_PREVIOUS_VERSION")
+	bin := filepath.Join(dir, "coredns")
+	if st, err := os.Stat(bin); dir == "" || version == "" || err != nil || st.IsDir() {
+		t.Fatalf("GLOBAL_PREVIOUS_DIR (%q) and GLOBAL_PREVIOUS_VERSION (%q) name the previous release's build: run `make previous` (make test does)", dir, version)
+	}
+	return release{version: version, image: imageRepository + ":" + version, binary: bin, chart: filepath.Join(dir, "src", "deploy", "chart")}
+}
+
+// thisBuild is this commit's release: the image `make image` named, bin/coredns, deploy/chart.
+func thisBuild(t *testing.T) release {
+	t.Helper()
+	tarball, err := harness.Built(harness.EnvImageTar, "image")
+	must(t, err)
+	bin, err := harness.CoreDNSBinary()
+	must(t, err)
+	image := imageName(t, tarball)
+	_, version, _ := strings.Cut(image, imageRepository+":")
+	return release{version: version, image: image, binary: bin, chart: chartPath(t, "")}
+}
+
+// TestUpgradeRollback upgrades and rolls back as an operator does, with Helm, on a control plane
+// with kube-controller-manager's deployment and replicaset controllers, kube-scheduler and three
+// Nodes, where every pod runs for real (the kubelet above): the previous release installed with its
+// own chart and values-ha.yaml, then docs/install.md's upgrade command to this build, then its
+// rollback command. After each, every pod runs the intended image and binary and says that version;
+// throughout, a client sends ~1000 queries a second over UDP and TCP to the ready pods and not one
+// fails; the writer's lease moves between versions and the written objects are never written
+// again (not one resourceVersion changes: the old and the new writer write the same bytes, so no
+// handover deletes, empties or fights over them). Then one replica of each version side by side,
+// each leading in turn, keep them as they are.
+func TestUpgradeRollback(t *testing.T) {
+	own := harness.StartWith(t, harness.Options{Controllers: []string{"deployment", "replicaset"}, Scheduler: true})
+	ctx := context.Background()
+	c := own.Client
+	helm := helms(t)["helm4"]
+	const ns, name, doc = "coredns-global", "coredns-global", "docs/install.md"
+	prev, cur := previousRelease(t), thisBuild(t)
+	if prev.image == cur.image {
+		t.Fatalf("the previous release and this build are both %s", cur.image)
+	}
+
+	// The mesh: this cluster's foo (two ready pods, one not) and west's mirror of it.
+	must(t, harness.EnsureNamespace(ctx, c, "db"))
+	localFooIn(t, c, "db")
+	west, err := harness.CreateMirror(ctx, c, mirror("db", "west", true, true))
+	must(t, err)
+	want := []string{"10.244.1.10", "10.244.2.11", west.ClusterIPs["foo-0"], west.ClusterIPs["foo-1"]}
+	for i := range 3 {
+		must(t, createSchedulableNode(ctx, c, fmt.Sprintf("node-%d", i), []string{"us-east-1a", "us-east-1b"}[i%2]))
+	}
+	must(t, harness.EnsureNamespace(ctx, c, ns))
+	k := newKubelet(t, own, ns, map[string]string{prev.image: prev.binary, cur.image: cur.binary})
+
+	// Install the previous release, as it was installed: its chart, its HA values, its image.
+	harness.RunHelm(t, helm, own, "install", name, prev.chart, "--namespace", ns, "--values", filepath.Join(prev.chart, "values-ha.yaml"),
+		"--set", "image.repository="+imageRepository, "--set", "image.tag="+prev.version, "--set", "clusterName=east")
+	k.until("the previous release rolled out", rolledOutTo(k, prev, 3))
+	eventually(t, "the written slices", func() error { return writtenSlices(t, c, "db", map[string]int{"east": 3, "west": 2}) })
+	k.until("a leader", func() error { _, err := leaderOf(t, k.running()); return err })
+	written := writtenVersions(t, own)
+
+	var running []*harness.CoreDNS
+	for _, pp := range k.running() {
+		running = append(running, pp.c)
+	}
+	k.pool = newPool("foo.db.global.", want, running...)
+	defer k.pool.stop()
+	k.pool.await(t, 300)
+	k.pool.check(t, "the previous release")
+
+	phases := []struct {
+		name string
+		to   release
+		cmd  []string
+	}{
+		{"upgrade", cur, docCommand(t, doc, "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --set image.tag=")},
+		{"rollback", prev, docCommand(t, doc, "helm rollback coredns-global ")},
+	}
+	for _, ph := range phases {
+		harness.RunHelm(t, helm, own, ph.cmd...)
+		k.until(ph.name+": every pod on "+ph.to.image, rolledOutTo(k, ph.to, 3))
+		var leader *podProcess
+		k.until(ph.name+": a leader of "+ph.to.version, func() error {
+			var err error
+			leader, err = leaderOf(t, k.running())
+			return err
+		})
+		if leader.binary != ph.to.binary {
+			t.Errorf("%s: the lease is held by %s, of %s", ph.name, leader.pod, leader.image)
+		}
+		// install.md's commands after an upgrade: the rollout's status, and the versions (the CLI
+		// reaches one replica with --dns-addr: the pods' addresses are not the processes').
+		harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl -n coredns-global rollout status ")...)
+		out, _, _ := cli(t, own, "", "version", "--dns-addr", leader.c.Addr)
+		if !strings.Contains(out, "\nServer version: "+ph.to.version+" ("+leader.c.Addr+")\n") {
+			t.Errorf("%s: linkerd global version:\n%s", ph.name, out)
+		}
+		k.pool.await(t, 300)
+		k.pool.check(t, ph.name)
+		if got := writtenVersions(t, own); !maps.Equal(got, written) {
+			t.Errorf("%s: the written objects were written again: %v, were %v", ph.name, got, written)
+		}
+	}
+
+	// Side by side: with the Deployment scaled to nothing, a replica of each release with the
+	// release's Corefile, the lease handed from one to the other and back (the leader steps down as
+	// a replica going away does, and a replica of its release takes its place).
+	harness.RunKubectl(t, own, "", "scale", "deployment", name, "--namespace", ns, "--replicas", "0")
+	k.until("the Deployment scaled to nothing", func() error {
+		if len(k.procs) > 0 {
+			return fmt.Errorf("%d pods running", len(k.procs))
+		}
+		return nil
+	})
+	of := map[*harness.CoreDNS]release{}
+	start := func(r release) *harness.CoreDNS {
+		c := startRelease(t, own, ns, name, 1, harness.WithBinary(r.binary))[0]
+		of[c] = r
+		return c
+	}
+	pair := []*harness.CoreDNS{start(prev), start(cur)}
+	leader := waitLeader(t, pair...)
+	for round := range 3 {
+		// The same records (each replica rotates them within a tier, by chance).
+		a, b := render(ask(t, pair[0], "tcp", "foo.db.global.", dns.TypeA).Answer), render(ask(t, pair[1], "tcp", "foo.db.global.", dns.TypeA).Answer)
+		slices.Sort(a)
+		slices.Sort(b)
+		if !slices.Equal(a, b) || len(a) != len(want) {
+			t.Errorf("side by side, round %d: %s answers %v, %s %v", round, of[pair[0]].version, a, of[pair[1]].version, b)
+		}
+		if got := writtenVersions(t, own); !maps.Equal(got, written) {
+			t.Errorf("side by side, round %d, %s leading: the written objects were written again: %v, were %v", round, of[leader].version, got, written)
+		}
+		if round == 2 {
+			break
+		}
+		stepping := leader
+		pair = slices.DeleteFunc(pair, func(c *harness.CoreDNS) bool { return c == stepping })
+		stepping.Stop()
+		leader = waitLeader(t, pair...)
+		if of[leader] == of[stepping] {
+			t.Fatalf("side by side: the lease went from %s to a replica of the same release", of[stepping].version)
+		}
+		pair = append(pair, start(of[stepping]))
+	}
+}
+
+// rolledOutTo reports nil once the Deployment runs n pods, all of r's image, each process r's
+// binary and saying r's version, and none terminating.
+func rolledOutTo(k *kubelet, r release, n int) func() error {
+	return func() error {
+		ctx := context.Background()
+		d, err := k.cp.Client.AppsV1().Deployments(k.ns).Get(ctx, "coredns-global", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if err := deploymentDone(d, n); err != nil {
+			return err
+		}
+		pods, err := k.cp.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != n || len(k.procs) != n {
+			return fmt.Errorf("%d pods, %d processes, want %d", len(pods.Items), len(k.procs), n)
+		}
+		for _, p := range pods.Items {
+			if img := p.Spec.Containers[0].Image; img != r.image {
+				return fmt.Errorf("pod %s runs %s", p.Name, img)
+			}
+		}
+		for _, pp := range k.procs {
+			if pp.binary != r.binary {
+				return fmt.Errorf("pod %s runs %s", pp.pod, pp.binary)
+			}
+			if v := replicaVersion(k.t, pp.c); v != "1.15.0+"+r.version {
+				return fmt.Errorf("pod %s says version %s, want 1.15.0+%s", pp.pod, v, r.version)
+			}
+		}
+		return nil
+	}
+}
+
+// deploymentDone is `kubectl rollout status`'s verdict: the controller saw the last change, and n
+// replicas are updated and available, and no old one is left.
+func deploymentDone(d *appsv1.Deployment, n int) error {
+	s := d.Status
+	if s.ObservedGeneration < d.Generation || int(s.UpdatedReplicas) != n || int(s.AvailableReplicas) != n || int(s.Replicas) != n {
+		return fmt.Errorf("Deployment generation %d observed %d: %d replicas, %d updated, %d available", d.Generation, s.ObservedGeneration, s.Replicas, s.UpdatedReplicas, s.AvailableReplicas)
+	}
+	return nil
+}
+
+// replicaVersion is the version a replica says of itself (dig CH TXT global's first line).
+func replicaVersion(t *testing.T, c *harness.CoreDNS) string {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion("global.", dns.TypeTXT)
+	m.Question[0].Qclass = dns.ClassCHAOS
+	m.SetEdns0(dns.MaxMsgSize, false)
+	r := c.Exchange(t, m, "tcp")
+	for _, rr := range r.Answer {
+		if txt, ok := rr.(*dns.TXT); ok {
+			for _, f := range strings.Fields(strings.Join(txt.Txt, "")) {
+				if v, ok := strings.CutPrefix(f, "version="); ok {
+					return v
+				}
+			}
+			break
+		}
+	}
+	return ""
+}
+
+// leaderOf is the one process of ps that holds the writer's lease.
+func leaderOf(t *testing.T, ps []*podProcess) (*podProcess, error) {
+	var leaders []*podProcess
+	for _, pp := range ps {
+		if metric(t, pp.c, "coredns_global_leader") == "1" {
+			leaders = append(leaders, pp)
+		}
+	}
+	if len(leaders) != 1 {
+		return nil, fmt.Errorf("%d leaders among %d replicas", len(leaders), len(ps))
+	}
+	return leaders[0], nil
+}
+
+// writtenVersions are the resourceVersions of everything the writer wrote (install.md's selector).
+func writtenVersions(t *testing.T, cp *harness.ControlPlane) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global"}
+	out := map[string]string{}
+	svcs, err := cp.Client.CoreV1().Services(metav1.NamespaceAll).List(ctx, sel)
+	must(t, err)
+	for _, s := range svcs.Items {
+		out["Service/"+s.Namespace+"/"+s.Name] = s.ResourceVersion
+	}
+	slices, err := cp.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, sel)
+	must(t, err)
+	for _, s := range slices.Items {
+		out["EndpointSlice/"+s.Namespace+"/"+s.Name] = s.ResourceVersion
+	}
+	if len(out) < 2 {
+		t.Fatalf("the writer wrote %v", out)
+	}
+	return out
+}
