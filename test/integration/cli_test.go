@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/globaldns/global/test/harness"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -46,6 +49,60 @@ func cli(t *testing.T, cp *harness.ControlPlane, stdin string, args ...string) (
 		t.Fatalf("linkerd-global %s: %v", strings.Join(args, " "), err)
 	}
 	return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+}
+
+// cliExamples are the Example lines of every command of bin/linkerd-global, as its --help prints
+// them, by command.
+func cliExamples(t *testing.T) map[string][]string {
+	t.Helper()
+	root, _, _ := cli(t, nil, "", "--help")
+	_, list, _ := strings.Cut(root, "Available Commands:\n")
+	out := map[string][]string{}
+	for _, line := range strings.Split(list, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			break
+		}
+		if f[0] == "help" || f[0] == "completion" {
+			continue
+		}
+		help, _, _ := cli(t, nil, "", f[0], "--help")
+		_, examples, ok := strings.Cut(help, "Examples:\n")
+		if !ok {
+			t.Errorf("linkerd global %s --help has no example", f[0])
+			continue
+		}
+		for _, ex := range strings.Split(examples, "\n") {
+			if ex = strings.TrimSpace(ex); ex == "" {
+				break
+			}
+			out[f[0]] = append(out[f[0]], ex)
+		}
+	}
+	if len(out) < 6 {
+		t.Errorf("examples of only %v", slices.Sorted(maps.Keys(out)))
+	}
+	return out
+}
+
+// runExample runs an example as a shell would, against cp: linkerd global is bin/linkerd-global
+// and kubectl the pinned one, both with cp's kubeconfig, and the CLI reaches pods at their IPs
+// (--direct-pods: the control plane has no kubelet to port-forward through). It returns the
+// output and whether the command succeeded.
+func runExample(t *testing.T, cp *harness.ControlPlane, example string) (string, bool) {
+	t.Helper()
+	bin, err := harness.Built(EnvCLIBin, "build")
+	must(t, err)
+	kubectl, err := harness.Kubectl()
+	must(t, err)
+	script := `linkerd() { [ "$1" = global ] || return 2; shift; "$CLI" "$@" --kubeconfig "$KC" --direct-pods; }
+kubectl() { "$KUBECTL" --kubeconfig "$KC" "$@"; }
+set -o pipefail
+` + example
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), "CLI="+bin, "KUBECTL="+kubectl, "KC="+cp.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	return string(out), err == nil
 }
 
 // checkJSON is Linkerd's check JSON (linkerd2 pkg/healthcheck CheckOutput), as `linkerd check` parses it.
@@ -162,6 +219,12 @@ func TestCLICheck(t *testing.T) {
 		if failed, code, _ := runCheck(t, cp, "--pre"); code != 0 || len(failed) > 0 {
 			t.Errorf("check --pre: exit %d, %v", code, failed)
 		}
+		// Each replica's version, as it says it, beside the CLI's: the same build.
+		v := thisBuild(t).version
+		out, _, code := cli(t, cp, "", "version", direct)
+		if want := "Client version: " + v + "\nServer version: " + v + " (coredns-global-0, coredns-global-1)\n"; code != 0 || out != want {
+			t.Errorf("version: exit %d\n%s\nwant\n%s", code, out, want)
+		}
 	})
 
 	t.Run("status", func(t *testing.T) {
@@ -263,11 +326,31 @@ func TestCLICheck(t *testing.T) {
 		proxy.Restore()
 	})
 
+	// Every example of every command, as printed; uninstall's in the next subtest.
+	t.Run("examples", func(t *testing.T) {
+		examples := cliExamples(t)
+		for _, cmd := range slices.Sorted(maps.Keys(examples)) {
+			if cmd == "uninstall" {
+				continue
+			}
+			for _, ex := range examples[cmd] {
+				out, ok := runExample(t, cp, ex)
+				if !ok {
+					t.Errorf("%s:\n%s", ex, out)
+				}
+			}
+		}
+	})
+
 	t.Run("uninstall", func(t *testing.T) {
 		// A Helm release's ClusterRole in the same cluster: not this CLI's to list.
 		_, err := cp.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "helm-coredns-global-read",
 			Labels: map[string]string{"app.kubernetes.io/part-of": "coredns-global", "app.kubernetes.io/managed-by": "Helm"}}}, metav1.CreateOptions{})
 		must(t, err)
+		examples := cliExamples(t)["uninstall"]
+		if len(examples) != 1 || !strings.HasPrefix(examples[0], "linkerd global uninstall | ") {
+			t.Fatalf("uninstall's examples: %q", examples)
+		}
 		out, stderr, code := cli(t, cp, "", "uninstall")
 		if code != 0 {
 			t.Fatalf("uninstall: %s", stderr)
@@ -286,7 +369,9 @@ func TestCLICheck(t *testing.T) {
 		if !slices.Equal(got, want) || len(want) < 5 {
 			t.Errorf("uninstall lists %v; install created %v cluster-scoped", got, want)
 		}
-		harness.RunKubectl(t, cp, out, "delete", "-f", "-")
+		if out, ok := runExample(t, cp, examples[0]); !ok {
+			t.Fatalf("%s:\n%s", examples[0], out)
+		}
 		if _, err := cp.Client.RbacV1().ClusterRoles().Get(ctx, "coredns-global-write", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("after uninstall, ClusterRole coredns-global-write: %v", err)
 		}
@@ -310,12 +395,7 @@ func startReplicasVia(t *testing.T, cp *harness.ControlPlane, p *harness.Proxy, 
 	must(t, err)
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	must(t, err)
-	env := []string{"KUBECONFIG=" + kubeconfig, "KUBERNETES_SERVICE_HOST=", "POD_NAMESPACE=" + ns}
-	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-		if e.ValueFrom == nil {
-			env = append(env, e.Name+"="+e.Value)
-		}
-	}
+	env := podEnv(ns, kubeconfig, d.Spec.Template.Spec.Containers[0])
 	var out []*harness.CoreDNS
 	for range n {
 		out = append(out, harness.StartCoreDNS(t, nil, localize(cm.Data["Corefile"], repoPath(t)), harness.WithEnv(env...)))
@@ -428,9 +508,11 @@ func dropVerb(t *testing.T, cp *harness.ControlPlane, role, resource, verb strin
 }
 
 // TestCLIInstall: the install guide's command renders what the API server accepts (a server-side
-// dry run), and _extension-metadata opts in to `linkerd check` as EXTENSIONS.md documents.
+// dry run), with no image value: the CLI runs the image of its own build, the one `make image`
+// named. Installing another build over it changes the Deployment's pod template, so it rolls.
 func TestCLIInstall(t *testing.T) {
-	must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+	ctx := context.Background()
+	must(t, harness.EnsureNamespace(ctx, client(), "coredns-global"))
 	args := docCommand(t, "docs/install.md", "linkerd global install ")
 	pipe := slices.Index(args, "|")
 	if pipe < 0 || strings.Join(args[pipe+1:], " ") != "kubectl apply -f -" {
@@ -445,8 +527,60 @@ func TestCLIInstall(t *testing.T) {
 	if ns := objs["Namespace/coredns-global"]; ns == nil || ns.GetLabels()["linkerd.io/extension"] != "global" {
 		t.Errorf("install's Namespace: %v", ns)
 	}
-	out, _, code = cli(t, nil, "", "_extension-metadata")
-	if code != 0 || out != `{"name":"linkerd-global","checks":"always"}`+"\n" {
-		t.Errorf("_extension-metadata: exit %d, %q", code, out)
+	cur := thisBuild(t)
+	if img := as[appsv1.Deployment](t, objs["Deployment/coredns-global"]).Spec.Template.Spec.Containers[0].Image; img != cur.image {
+		t.Errorf("install runs %s; make image built %s", img, cur.image)
+	}
+	if v, _, _ := cli(t, nil, "", "version", "--client"); v != "Client version: "+cur.version+"\n" {
+		t.Errorf("version --client: %q, want %s", v, cur.version)
+	}
+
+	// An upgrade with the CLI: the Deployment as the previous build's CLI installed it, then this one's.
+	own := harness.Start(t)
+	old, stderr, code := cli(t, nil, "", "install", "--set", "clusterName=east,image.tag=0.1.0")
+	if code != 0 {
+		t.Fatalf("install: %s", stderr)
+	}
+	harness.RunKubectl(t, own, old, "apply", "-f", "-")
+	before, err := own.Client.AppsV1().Deployments("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
+	must(t, err)
+	harness.RunKubectl(t, own, out, "apply", "-f", "-")
+	after, err := own.Client.AppsV1().Deployments("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
+	must(t, err)
+	if after.Generation == before.Generation || after.Spec.Template.Spec.Containers[0].Image != cur.image {
+		t.Errorf("applying this build's install over 0.1.0's: generation %d -> %d, image %s: the pods would not roll",
+			before.Generation, after.Generation, after.Spec.Template.Spec.Containers[0].Image)
+	}
+}
+
+// TestCLINotInstalled: where the extension is not installed, `linkerd check` does not run its
+// checks, and `linkerd global check` fails, saying so. Linkerd runs an extension's checks where a
+// Namespace labelled linkerd.io/extension=<name> exists, and elsewhere only when its
+// _extension-metadata says "checks":"always" (linkerd2 cli/cmd/check_extensions.go, findExtensions
+// and findAlwaysChecks); every way of installing labels its namespace (the CLI's, deploy/base's,
+// install.md's commands before helm install: TestFirstDay, TestCLIInstall). Linkerd asks every
+// linkerd-* on the PATH for its metadata on every run: the answer needs no cluster.
+func TestCLINotInstalled(t *testing.T) {
+	own := harness.Start(t) // of its own: nothing of the extension on it
+	bin, err := harness.Built(EnvCLIBin, "build")
+	must(t, err)
+	cmd := exec.Command(bin, "_extension-metadata")
+	cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent/kubeconfig")
+	out, err := cmd.Output()
+	var meta map[string]any
+	if err != nil || json.Unmarshal(out, &meta) != nil || meta["name"] != "linkerd-global" || meta["checks"] == "always" {
+		t.Errorf("_extension-metadata without a cluster: %v, %s", err, out)
+	}
+	_, objs := kustomize(t, "deploy/base")
+	if ns := objs["Namespace/coredns-global"]; ns == nil || ns.GetLabels()["linkerd.io/extension"] != "global" {
+		t.Errorf("deploy/base's Namespace is not labelled linkerd.io/extension=global: %v", ns)
+	}
+
+	failed, code, _ := runCheck(t, own)
+	if code != 1 || !strings.Contains(failed["linkerd-global Namespace exists"], "no Namespace labelled linkerd.io/extension=global") {
+		t.Errorf("check where nothing is installed: exit %d, %v", code, failed)
+	}
+	if failed, code, _ := runCheck(t, own, "--pre"); code != 0 {
+		t.Errorf("check --pre where nothing is installed: exit %d, %v", code, failed)
 	}
 }

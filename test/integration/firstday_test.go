@@ -38,7 +38,7 @@ func TestFirstDay(t *testing.T) {
 	const doc = "docs/install.md"
 
 	// The image: what `make image` names (its default IMAGE) is what the install command runs.
-	if !slices.Contains(docCommand(t, doc, "make image"), "image") {
+	if !slices.Contains(docCommand(t, doc, "make build image"), "image") {
 		t.Fatalf("%s has no `make image`", doc)
 	}
 	tarball, err := harness.Built(harness.EnvImageTar, "image")
@@ -74,7 +74,7 @@ func TestFirstDay(t *testing.T) {
 	}
 
 	// Upgrade to three replicas: the rollout a kubelet would do, one replica after another.
-	harness.RunHelm(t, helm, own, docCommand(t, doc, "helm upgrade coredns-global ")...)
+	harness.RunHelm(t, helm, own, docCommand(t, doc, "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --values ")...)
 	d, err := admin.AppsV1().Deployments("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
 	must(t, err)
 	if ru := d.Spec.Strategy.RollingUpdate; *d.Spec.Replicas != 3 || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 ||
