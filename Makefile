@@ -199,7 +199,7 @@ test: build image release previous controlplane helm promtool vet dig
 # plane, K8S=<version> from the module proxy (make test-k8s K8S=1.30.14), built once like the pinned
 # one and cached beside it. The chart's kubeVersion states the releases run so (docs/install.md).
 K8S ?=
-test-k8s: build image helm promtool dig
+test-k8s: build image release previous helm promtool dig
 	@test -n "$(K8S)" || { echo "usage: make test-k8s K8S=<Kubernetes version>, e.g. K8S=1.30.14"; exit 1; }
 	$(MAKE) controlplane K8S_VERSION=v$(patsubst v%,%,$(K8S))
 	$(MAKE) integration K8S_VERSION=v$(patsubst v%,%,$(K8S))
