@@ -54,6 +54,41 @@ func BenchmarkServeDNS(b *testing.B) {
 	b.Run("zonal", func(b *testing.B) { benchServe(b, z, "za.pin._zone.zz.db.global.", dns.TypeA, "") })
 	// SRV of a service of 10,010 endpoints, over UDP as srv: what a reply holds is made, no more.
 	b.Run("srv-10000", func(b *testing.B) { benchServe(b, bigGlobal(b), "_db._tcp.big.db.global.", dns.TypeSRV, "") })
+	// A service of 10 and of 10,000 local endpoints over three zones and six nodes: its name, ranked
+	// from a node, and a zonal name; each reads what the reply holds, whatever the service's size.
+	for _, n := range []int{10, 10000} {
+		g := spreadGlobal(b, n)
+		b.Run(fmt.Sprintf("service-%d", n), func(b *testing.B) { benchServe(b, g, "spread.db.global.", dns.TypeA, "") })
+		b.Run(fmt.Sprintf("client-%d", n), func(b *testing.B) { benchServe(b, g, "spread.db.global.", dns.TypeA, "10.1.0.1") })
+		b.Run(fmt.Sprintf("zonal-%d", n), func(b *testing.B) { benchServe(b, g, "zb.pin._zone.spread.db.global.", dns.TypeA, "") })
+	}
+}
+
+// spreadGlobal is the plugin answering db/spread, a service of n local endpoints spread over nodes
+// n1 to n6, two in each of zones za, zb and zc, and a linked cluster west (za), with client_locality
+// node (n1 at 10.1.0.1, in za).
+func spreadGlobal(b *testing.B, n int) *Global {
+	spread := index.Key{Namespace: "db", Name: "spread"}
+	src := indextest.New()
+	var sls []*index.Slice
+	for s := 0; s*100 < n; s++ {
+		var eps []index.Endpoint
+		for e := s * 100; e < min(n, (s+1)*100); e++ {
+			node := e % 6
+			eps = append(eps, indextest.Placed(indextest.Endpoint(fmt.Sprintf("spread-%d", e), fmt.Sprintf("10.2.%d.%d", e/250, e%250)),
+				[]string{"za", "zb", "zc"}[node/2], fmt.Sprintf("n%d", node+1)))
+		}
+		sls = append(sls, indextest.Slice(dbPort, eps...))
+	}
+	src.Add(spread, &index.Member{Namespace: "db", Name: "spread", Origin: index.Origin{Ports: dbPort}}, sls...)
+	src.Add(spread, &index.Member{Namespace: "db", Name: "spread-west", Origin: index.Origin{Cluster: "west", Ports: dbPort}},
+		indextest.Slice(dbPort, indextest.Endpoint("spread-0", "10.96.1.1"), indextest.Endpoint("spread-1", "10.96.1.2")))
+	ix := index.New(zonedTopology(), src)
+	ix.Changed(spread)
+	ix.Start()
+	ix.Publish()
+	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5, rotate: true}, index: ix,
+		sources: clientSources{node: true}, locator: fakeLocator{}, Next: test.NextHandler(dns.RcodeNameError, nil)}
 }
 
 // benchServe measures g answering qname from address from ("": the test writer's).

@@ -125,24 +125,37 @@ func (s *selection) answersTier(t uint8) bool {
 
 // reshape makes the view of a zonal name or a client-ranked answer: the records of the name's
 // topology zone (a prefer name's, when it has some), ranked from the client, no more than limit
-// of each family.
-func (s *selection) reshape(limit int) {
+// of each family (of family alone, when not 0: the question's). The index reads only what the
+// answer holds (Service.Nearest); one endpoint's few records are ranked as they are.
+func (s *selection) reshape(family index.Family, limit int) {
 	n := s.name
-	var keep func(*index.Record) bool
+	zone := ""
 	if n.zonal != zonalNone {
-		s.zoned = n.zonal == zonalPin || !s.svc.Select(n.cluster, n.host, s.inZoneAndMatches, 1).Empty()
+		if n.host != "" {
+			s.zoned = n.zonal == zonalPin || !s.svc.Select(n.cluster, n.host, s.inZoneAndMatches, 1).Empty()
+		} else {
+			s.zoned = n.zonal == zonalPin || !s.svc.Nearest(n.cluster, n.zone, 0, nil, n.matches, 1).Empty()
+		}
+		if s.zoned {
+			zone = n.zone
+		}
+	}
+	switch {
+	case s.client == nil && zone == "":
+		s.view = s.svc.Select(n.cluster, n.host, nil, limit)
+	case n.host == "":
+		s.view = s.svc.Nearest(n.cluster, zone, family, s.client, nil, limit)
+	case s.client == nil:
+		s.view = s.svc.Select(n.cluster, n.host, s.inZone, limit)
+	default:
+		var keep func(*index.Record) bool
 		if s.zoned {
 			keep = s.inZone
 		}
+		all := s.svc.Select(n.cluster, n.host, keep, math.MaxInt)
+		topo := s.svc.Topology()
+		s.view = index.View{A: topo.Ranked(all.A, s.client, limit), AAAA: topo.Ranked(all.AAAA, s.client, limit)}
 	}
-	if s.client == nil {
-		s.view = s.svc.Select(n.cluster, n.host, keep, limit)
-		return
-	}
-	// Every record of the scope: any may be the client's nearest.
-	all := s.svc.Select(n.cluster, n.host, keep, math.MaxInt)
-	topo := s.svc.Topology()
-	s.view = index.View{A: topo.Ranked(all.A, s.client, limit), AAAA: topo.Ranked(all.AAAA, s.client, limit)}
 }
 
 // inZoneAndMatches reports whether record r is in the name's topology zone with a port it asks for.

@@ -42,7 +42,7 @@ func (c *selector) choose(s *selection, qtype uint16, size int) {
 	// A zonal name exists where its service's name does.
 	s.exists = exists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
 	if s.svc != nil && (n.zonal != zonalNone || s.client != nil) {
-		s.reshape(recordLimit(size))
+		s.reshape(familyOf(qtype), recordLimit(size))
 	}
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
 	s.policy, s.from = c.policyOf(s.zone, s.svc)
@@ -55,6 +55,17 @@ func (c *selector) choose(s *selection, qtype uint16, size int) {
 	if qtype != dns.TypeA && qtype != dns.TypeAAAA {
 		s.srv = keepTargets(s.policy, s.view, n)
 	}
+}
+
+// familyOf is the one address family an answer to qtype holds (A, AAAA), else 0: both.
+func familyOf(qtype uint16) index.Family {
+	switch qtype {
+	case dns.TypeA:
+		return index.IPv4
+	case dns.TypeAAAA:
+		return index.IPv6
+	}
+	return 0
 }
 
 // portFilter is what the view of an SRV name keeps when its service holds more records than an

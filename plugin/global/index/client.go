@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"sync/atomic"
 )
 
 // Ranking from the client: a record's tier as seen from the node a query comes from, the
@@ -22,10 +23,51 @@ const (
 // cluster, its region, the rest.
 var DefaultClientKeys = []string{HostnameKey, ZoneKey, ClusterKey, RegionKey}
 
-// Client is where a querying client runs: its node's name and that node's labels.
+// Client is where a querying client runs: its node's name and that node's labels. One per Node,
+// shared by the queries from it: it remembers the tiers it sees (tiersFrom).
 type Client struct {
 	Node   string
 	Labels map[string]string
+
+	tiers atomic.Pointer[clientTiers]
+}
+
+// clientTiers are the tiers a client sees under one topology: of each kind of local record (on
+// its node or not, in its zone or not) and of each linked cluster.
+type clientTiers struct {
+	topo     *Topology
+	local    [2][2]uint8
+	clusters map[string]uint8 // the linked clusters with a locality; the others are farthest
+	farthest uint8
+}
+
+// of returns the tier of linked cluster's records.
+func (ct *clientTiers) of(cluster string) uint8 {
+	if t, ok := ct.clusters[cluster]; ok {
+		return t
+	}
+	return ct.farthest
+}
+
+// tiersFrom returns the tiers c sees under topology t, computed once per topology (a Client lives
+// as long as its Node's version, a topology until it changes).
+func (c *Client) tiersFrom(t *Topology) *clientTiers {
+	if ct := c.tiers.Load(); ct != nil && ct.topo == t {
+		return ct
+	}
+	ct := &clientTiers{topo: t, clusters: map[string]uint8{}, farthest: t.tierAt("", "", "", c)}
+	for node, onNode := range [2]string{"", c.Node} {
+		for zone, inZone := range [2]string{"", c.Zone()} {
+			ct.local[node][zone] = t.tierAt(t.Local, onNode, inZone, c)
+		}
+	}
+	for cluster := range t.Locality {
+		if cluster != t.Local {
+			ct.clusters[cluster] = t.tierAt(cluster, "", t.Zone(cluster), c)
+		}
+	}
+	c.tiers.Store(ct)
+	return ct
 }
 
 // Zone returns the client's zone, "" when its node has none.
@@ -46,12 +88,25 @@ func (t *Topology) ZoneOf(r *Record) string {
 // ClientTier returns the tier of record r seen from client c: i for the first of t.ClientKeys
 // on which r's place and c's agree, len(t.ClientKeys) for none.
 func (t *Topology) ClientTier(r *Record, c *Client) uint8 {
+	return t.tierAt(r.Cluster, t.nodeOf(r), t.ZoneOf(r), c)
+}
+
+// tierAt is ClientTier of a record of cluster, on node (local records; "" for none) in zone.
+func (t *Topology) tierAt(cluster, node, zone string, c *Client) uint8 {
 	for i, k := range t.ClientKeys {
-		if t.shares(r, c, k) {
+		if t.sharesAt(cluster, node, zone, c, k) {
 			return uint8(i)
 		}
 	}
 	return uint8(len(t.ClientKeys))
+}
+
+// nodeOf returns the node of record r: a local endpoint's, "" for the rest.
+func (t *Topology) nodeOf(r *Record) string {
+	if r.Cluster != t.Local || r.Local == nil {
+		return ""
+	}
+	return r.Local.NodeName
 }
 
 // ClientWhy names what decided r's tier from client c, as Why does for the cluster's tiers: the
@@ -83,22 +138,27 @@ func (t *Topology) Describe(c *Client) string {
 	return strings.Join(parts, ",")
 }
 
-// shares reports whether record r and client c have the same value of key k. A local endpoint's
-// node and zone are its EndpointSlice's; its other keys are this cluster's locality. A linked
-// cluster's endpoints are at its locality, on no node the client could share.
+// shares reports whether record r and client c have the same value of key k.
 func (t *Topology) shares(r *Record, c *Client, k string) bool {
-	local := r.Cluster == t.Local
+	return t.sharesAt(r.Cluster, t.nodeOf(r), t.ZoneOf(r), c, k)
+}
+
+// sharesAt reports whether a record of cluster, on node in zone, and client c have the same value
+// of key k. A local endpoint's node and zone are its EndpointSlice's; its other keys are this
+// cluster's locality. A linked cluster's endpoints are at its locality, on no node the client
+// could share.
+func (t *Topology) sharesAt(cluster, node, zone string, c *Client, k string) bool {
+	local := cluster == t.Local
 	switch k {
 	case ClusterKey:
 		return local
 	case HostnameKey:
-		return local && r.Local != nil && r.Local.NodeName != "" && r.Local.NodeName == c.Node
+		return local && node != "" && node == c.Node
 	case ZoneKey:
-		z := t.ZoneOf(r)
-		return z != "" && z == c.Labels[ZoneKey]
+		return zone != "" && zone == c.Labels[ZoneKey]
 	}
 	v := c.Labels[k]
-	return v != "" && t.Locality[r.Cluster][k] == v
+	return v != "" && t.Locality[cluster][k] == v
 }
 
 // Ranked returns a copy of rs, each record with its tier as seen from client c, in answer order:

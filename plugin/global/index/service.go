@@ -2,6 +2,7 @@ package index
 
 import (
 	"sort"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,9 @@ type Service struct {
 	built     int64        // when it was built, in Unix nanoseconds
 	topo      *Topology    // what it was built with
 	inc       *incremental // nil below incrementalMin records
+	// placed are its local records by node and zone, made on the first answer that ranks them
+	// from a client or keeps one zone (nearest.go).
+	placed atomic.Pointer[placements]
 }
 
 // Built returns when the service was built: the last change of any of its objects.
