@@ -57,17 +57,23 @@ func (c *Clients) Run(ctx context.Context, synced chan<- struct{}) {
 func (c *Clients) Node(a netip.Addr) *index.Client { return c.nodes.Load().byAddr[a] }
 
 // Pod implements the handler's locator: the client at a Pod's IP (a single address), else at an
-// address in a Node's pod CIDRs (whose length the answer holds for).
+// address in a Node's pod CIDRs, whose length the answer holds for unless a Pod of another Node
+// has an IP in it: then it holds for the address alone. An IP that Pods on several nodes have
+// locates no client.
 func (c *Clients) Pod(p netip.Prefix) (*index.Client, int) {
 	nodes := c.nodes.Load()
 	if c.pods != nil && p.IsSingleIP() {
 		if name, ok := c.pods.node(p.Addr()); ok {
-			if client := nodes.byName[name]; client != nil {
+			if client := nodes.byName[name]; client != nil || name == "" {
 				return client, p.Bits()
 			}
 		}
 	}
-	return nodes.inCIDR(p)
+	client, bits := nodes.inCIDR(p)
+	if client != nil && c.pods != nil && c.pods.foreignIn(netip.PrefixFrom(p.Addr(), bits).Masked()) {
+		bits = p.Addr().BitLen()
+	}
+	return client, bits
 }
 
 // Forwarder implements the handler's locator.

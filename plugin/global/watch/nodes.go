@@ -1,12 +1,16 @@
 package watch
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,12 +20,17 @@ import (
 )
 
 // nodeTable is where clients run, by Node: immutable, made again at every change that matters (a
-// cluster has thousands of Nodes at most, and they change rarely).
+// cluster has thousands of Nodes at most, and they change rarely). It never names a node it is not
+// sure of: an address two Nodes give, or a pod CIDR that overlaps another Node's (both are
+// misconfigurations, and they happen), locates no client, so queries from there get the
+// cluster's view, the same every time.
 type nodeTable struct {
 	byAddr map[netip.Addr]*index.Client // by each of a Node's addresses
 	byName map[string]*index.Client
 	// cidrs holds, per length of the Node pod CIDRs there are, the Nodes by their CIDR.
 	cidrs map[int]map[netip.Prefix]*index.Client
+	// conflicts describes the addresses and CIDRs left out, as a log line says them.
+	conflicts []string
 }
 
 // inCIDR returns the client at an address of prefix p in a Node's pod CIDR, and that CIDR's length.
@@ -31,38 +40,124 @@ func (t *nodeTable) inCIDR(p netip.Prefix) (*index.Client, int) {
 			continue // p spans more than one pod CIDR
 		}
 		if c := nodes[netip.PrefixFrom(p.Addr(), bits).Masked()]; c != nil {
-			return c, bits
+			return c, bits // CIDRs do not overlap: the only one
 		}
 	}
 	return nil, 0
 }
 
+// newNodeTable makes the table of nodes.
+func newNodeTable(nodes []*corev1.Node) *nodeTable {
+	t := &nodeTable{byAddr: map[netip.Addr]*index.Client{}, byName: map[string]*index.Client{}, cidrs: map[int]map[netip.Prefix]*index.Client{}}
+	shared := map[netip.Addr][]string{}
+	var owned []ownedCIDR
+	for _, n := range nodes {
+		client := &index.Client{Node: n.Name, Labels: n.Labels}
+		t.byName[n.Name] = client
+		for _, a := range n.Status.Addresses {
+			ip, err := netip.ParseAddr(a.Address)
+			if err != nil {
+				continue
+			}
+			ip = ip.Unmap()
+			if other := t.byAddr[ip]; other != nil && other != client || shared[ip] != nil {
+				shared[ip] = appendNew(shared[ip], n.Name)
+				if other != nil {
+					shared[ip] = appendNew(shared[ip], other.Node)
+				}
+				continue
+			}
+			t.byAddr[ip] = client
+		}
+		for _, cidr := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(cidr); err == nil {
+				owned = append(owned, ownedCIDR{p.Masked(), client})
+			}
+		}
+	}
+	for ip, names := range shared {
+		delete(t.byAddr, ip)
+		slices.Sort(names)
+		t.conflicts = append(t.conflicts, fmt.Sprintf("address %s is given by Nodes %s", ip, strings.Join(names, ", ")))
+	}
+	for _, o := range owned {
+		if t.cidrs[o.p.Bits()] == nil {
+			t.cidrs[o.p.Bits()] = map[netip.Prefix]*index.Client{}
+		}
+		t.cidrs[o.p.Bits()][o.p] = o.client
+	}
+	for _, o := range overlapping(owned) {
+		delete(t.cidrs[o.p.Bits()], o.p)
+		t.conflicts = append(t.conflicts, fmt.Sprintf("pod CIDR %s of Node %s overlaps another Node's", o.p, o.client.Node))
+	}
+	slices.Sort(t.conflicts)
+	return t
+}
+
+// ownedCIDR is a Node's pod CIDR.
+type ownedCIDR struct {
+	p      netip.Prefix
+	client *index.Client
+}
+
+// overlapping returns the CIDRs of cs that overlap another Node's: sorted by address, then
+// length, a CIDR that overlaps an earlier one is inside it, and inside the innermost earlier one
+// that still holds its address.
+func overlapping(cs []ownedCIDR) []ownedCIDR {
+	sorted := slices.Clone(cs)
+	slices.SortFunc(sorted, func(a, b ownedCIDR) int {
+		return cmp.Or(a.p.Addr().Compare(b.p.Addr()), cmp.Compare(a.p.Bits(), b.p.Bits()))
+	})
+	bad := map[ownedCIDR]bool{}
+	var enclosing []ownedCIDR
+	for _, c := range sorted {
+		for len(enclosing) > 0 && !enclosing[len(enclosing)-1].p.Contains(c.p.Addr()) {
+			enclosing = enclosing[:len(enclosing)-1]
+		}
+		for _, e := range enclosing {
+			if e.client.Node != c.client.Node {
+				bad[e], bad[c] = true, true
+			}
+		}
+		enclosing = append(enclosing, c)
+	}
+	var out []ownedCIDR
+	for _, c := range sorted {
+		if bad[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// appendNew appends s to l unless l has it.
+func appendNew(l []string, s string) []string {
+	if slices.Contains(l, s) {
+		return l
+	}
+	return append(l, s)
+}
+
 // watchNodes keeps the node table current: a Node's name, addresses, pod CIDRs and the labels of
-// the topology keys, nothing else of it.
+// the topology keys, nothing else of it. A conflict is logged once, when it appears.
 func (c *Clients) watchNodes(ctx context.Context, client kubernetes.Interface, synced func()) {
 	inf := informers.NewSharedInformerFactoryWithOptions(client, 0).Core().V1().Nodes().Informer()
 	_ = inf.SetTransform(c.slimNode)
 	inform(ctx, synced, inf, "Nodes", nodeChanged, func(store cache.Store) {
-		t := &nodeTable{byAddr: map[netip.Addr]*index.Client{}, byName: map[string]*index.Client{}, cidrs: map[int]map[netip.Prefix]*index.Client{}}
+		var nodes []*corev1.Node
 		for _, o := range store.List() {
-			n := o.(*corev1.Node)
-			client := &index.Client{Node: n.Name, Labels: n.Labels}
-			t.byName[n.Name] = client
-			for _, a := range n.Status.Addresses {
-				if ip, err := netip.ParseAddr(a.Address); err == nil {
-					t.byAddr[ip.Unmap()] = client
-				}
-			}
-			for _, cidr := range n.Spec.PodCIDRs {
-				if p, err := netip.ParsePrefix(cidr); err == nil {
-					if t.cidrs[p.Bits()] == nil {
-						t.cidrs[p.Bits()] = map[netip.Prefix]*index.Client{}
-					}
-					t.cidrs[p.Bits()][p.Masked()] = client
-				}
+			nodes = append(nodes, o.(*corev1.Node))
+		}
+		t := newNodeTable(nodes)
+		for _, conflict := range t.conflicts {
+			if !slices.Contains(c.nodes.Load().conflicts, conflict) {
+				telemetry.Log.Warningf("client_locality: %s: no client is located there", conflict)
 			}
 		}
 		c.nodes.Store(t)
+		if c.pods != nil {
+			c.pods.setNodes(t)
+		}
 	})
 }
 

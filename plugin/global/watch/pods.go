@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -25,17 +26,26 @@ import (
 type podTable struct {
 	mu     sync.RWMutex
 	byAddr map[[16]byte]podEntry
+	// more holds every Pod at an address that several claim: an IP passes from a terminating Pod
+	// to a new one on another node before the first is gone. The one not terminating is there.
+	more   map[[16]byte][]podEntry
 	names  []string          // node names, by id
 	ids    map[string]uint32 // node ids, by name
 	synced func()            // called by the first Replace
 	once   sync.Once
+	// nodes is the node table the foreign counts are of; foreign counts, per Node pod CIDR, the
+	// Pod IPs in it of Pods on another Node (a CIDR given to a new Node while a Pod of the old one
+	// keeps its IP): an answer for the CIDR does not hold for those, so none claims the CIDR.
+	nodes   *nodeTable
+	foreign map[netip.Prefix]int32
 }
 
 // podEntry is the node of a Pod IP, and which Pod has it: when an IP passes from a deleted Pod to a
 // new one, the old one's deletion must not remove the new one's.
 type podEntry struct {
-	node uint32
-	pod  uint32 // a hash of its namespace and name
+	node        uint32
+	pod         uint32 // a hash of its namespace and name
+	terminating bool
 }
 
 // podSelector leaves out what is no pod client: host-network Pods (their IP is their Node's, in
@@ -43,18 +53,131 @@ type podEntry struct {
 const podSelector = "spec.hostNetwork=false,status.phase!=Succeeded,status.phase!=Failed"
 
 func newPodTable() *podTable {
-	return &podTable{byAddr: map[[16]byte]podEntry{}, ids: map[string]uint32{}}
+	return &podTable{byAddr: map[[16]byte]podEntry{}, more: map[[16]byte][]podEntry{}, ids: map[string]uint32{}, foreign: map[netip.Prefix]int32{}}
 }
 
-// node returns the name of the node of the Pod at a.
+// node returns the name of the node of the Pod at a, "" when the Pods there are on several
+// nodes (none of them leaving), and whether a Pod is there.
 func (t *podTable) node(a netip.Addr) (string, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	e, ok := t.byAddr[a.As16()]
+	k := a.As16()
+	if claims, ok := t.more[k]; ok {
+		return t.resolve(claims), true
+	}
+	e, ok := t.byAddr[k]
 	if !ok {
 		return "", false
 	}
 	return t.names[e.node], true
+}
+
+// resolve returns the node of the Pods claiming one address: of the one not terminating, else of
+// all, when they agree; else "".
+func (t *podTable) resolve(claims []podEntry) string {
+	var live []podEntry
+	for _, e := range claims {
+		if !e.terminating {
+			live = append(live, e)
+		}
+	}
+	if len(live) == 0 {
+		live = claims
+	}
+	for _, e := range live[1:] {
+		if e.node != live[0].node {
+			return ""
+		}
+	}
+	return t.names[live[0].node]
+}
+
+// foreignIn reports whether Node pod CIDR p holds the IP of a Pod on another Node.
+func (t *podTable) foreignIn(p netip.Prefix) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.foreign[p] > 0
+}
+
+// setNodes makes nodes the table the foreign counts are of, and counts them again.
+func (t *podTable) setNodes(nodes *nodeTable) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nodes = nodes
+	t.foreign = map[netip.Prefix]int32{}
+	for k, e := range t.byAddr {
+		t.count(k, e, 1)
+	}
+	for k, claims := range t.more {
+		for _, e := range claims {
+			t.count(k, e, 1)
+		}
+	}
+}
+
+// count adds d to the foreign count of the CIDR holding address k, if pod entry e is of another
+// Node than the CIDR's; t.mu is held.
+func (t *podTable) count(k [16]byte, e podEntry, d int32) {
+	if t.nodes == nil {
+		return
+	}
+	a := netip.AddrFrom16(k).Unmap()
+	if c, bits := t.nodes.inCIDR(netip.PrefixFrom(a, a.BitLen())); c != nil && c.Node != t.names[e.node] {
+		p := netip.PrefixFrom(a, bits).Masked()
+		if t.foreign[p] += d; t.foreign[p] <= 0 {
+			delete(t.foreign, p)
+		}
+	}
+}
+
+// claim records that the Pod of e has address k; t.mu is held.
+func (t *podTable) claim(k [16]byte, e podEntry) {
+	claims, shared := t.more[k]
+	if !shared {
+		old, ok := t.byAddr[k]
+		if !ok || old.pod == e.pod {
+			if ok {
+				t.count(k, old, -1)
+			}
+			t.byAddr[k] = e
+			t.count(k, e, 1)
+			return
+		}
+		claims = []podEntry{old}
+		delete(t.byAddr, k)
+	}
+	if i := slices.IndexFunc(claims, func(c podEntry) bool { return c.pod == e.pod }); i >= 0 {
+		t.count(k, claims[i], -1)
+		claims[i] = e
+	} else {
+		claims = append(claims, e)
+	}
+	t.count(k, e, 1)
+	t.more[k] = claims
+}
+
+// release records that pod no longer has address k; t.mu is held.
+func (t *podTable) release(k [16]byte, pod uint32) {
+	claims, shared := t.more[k]
+	if !shared {
+		if e, ok := t.byAddr[k]; ok && e.pod == pod {
+			t.count(k, e, -1)
+			delete(t.byAddr, k)
+		}
+		return
+	}
+	i := slices.IndexFunc(claims, func(c podEntry) bool { return c.pod == pod })
+	if i < 0 {
+		return
+	}
+	t.count(k, claims[i], -1)
+	claims = slices.Delete(claims, i, i+1)
+	if len(claims) == 1 {
+		delete(t.more, k)
+		t.byAddr[k] = claims[0]
+		return
+	}
+	t.more[k] = claims
 }
 
 // run lists and watches Pods into the table until ctx is done; synced is called once it holds
@@ -89,10 +212,11 @@ func (t *podTable) run(ctx context.Context, client kubernetes.Interface, synced 
 	r.RunWithContext(ctx)
 }
 
-// podAddrs is what the table keeps of a Pod: where it runs and its IPs.
+// podAddrs is what the table keeps of a Pod: where it runs, its IPs, and whether it is leaving.
 type podAddrs struct {
 	namespace, name, node string
 	ips                   []netip.Addr
+	terminating           bool
 }
 
 // slimPod converts a Pod into its podAddrs; anything else (a deletion's last state) as is.
@@ -101,7 +225,7 @@ func slimPod(obj any) (any, error) {
 	if !ok {
 		return obj, nil
 	}
-	o := &podAddrs{namespace: p.Namespace, name: p.Name, node: p.Spec.NodeName}
+	o := &podAddrs{namespace: p.Namespace, name: p.Name, node: p.Spec.NodeName, terminating: p.DeletionTimestamp != nil}
 	for _, ip := range p.Status.PodIPs {
 		if a, err := netip.ParseAddr(ip.IP); err == nil {
 			o.ips = append(o.ips, a.Unmap())
@@ -158,9 +282,7 @@ func (t *podTable) Delete(obj any) error {
 		id := p.id()
 		t.mu.Lock()
 		for _, a := range p.ips {
-			if e, ok := t.byAddr[a.As16()]; ok && e.pod == id {
-				delete(t.byAddr, a.As16())
-			}
+			t.release(a.As16(), id)
 		}
 		t.mu.Unlock()
 	}
@@ -169,9 +291,8 @@ func (t *podTable) Delete(obj any) error {
 
 // Replace implements cache.ReflectorStore: the full list, at start and on relists.
 func (t *podTable) Replace(list []any, _ string) error {
-	byAddr := make(map[[16]byte]podEntry, len(list))
 	t.mu.Lock()
-	t.byAddr = byAddr
+	t.byAddr, t.more, t.foreign = make(map[[16]byte]podEntry, len(list)), map[[16]byte][]podEntry{}, map[netip.Prefix]int32{}
 	for _, obj := range list {
 		if p := t.convert(obj); p != nil && p.node != "" {
 			t.put(p)
@@ -190,7 +311,7 @@ func (t *podTable) put(p *podAddrs) {
 		t.names, t.ids[p.node] = append(t.names, p.node), id
 	}
 	for _, a := range p.ips {
-		t.byAddr[a.As16()] = podEntry{node: id, pod: p.id()}
+		t.claim(a.As16(), podEntry{node: id, pod: p.id(), terminating: p.terminating})
 	}
 }
 
