@@ -199,6 +199,11 @@ test: build image release previous controlplane helm promtool vet dig
 # plane, K8S=<version> from the module proxy (make test-k8s K8S=1.30.14), built once like the pinned
 # one and cached beside it. The chart's kubeVersion states the releases run so (docs/install.md).
 K8S ?=
+# The oldest and the newest Kubernetes releases make test-k8s passed with (the module proxy serves
+# k8s.io/kubernetes 1.29.6 and later; 1.30 is the first with admissionregistration.k8s.io/v1): the
+# chart's kubeVersion and docs/install.md state this range, no wider (TestKubernetesRange).
+K8S_TESTED := v1.30.14 v1.37.2
+export GLOBAL_K8S_TESTED := $(K8S_TESTED)
 test-k8s: build image release previous helm promtool dig
 	@test -n "$(K8S)" || { echo "usage: make test-k8s K8S=<Kubernetes version>, e.g. K8S=1.30.14"; exit 1; }
 	$(MAKE) controlplane K8S_VERSION=v$(patsubst v%,%,$(K8S))

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -366,6 +367,49 @@ func kubernetesVersion(t *testing.T) string {
 	}
 	t.Fatal("test/controlplane/kube/go.mod requires no k8s.io/kubernetes")
 	return ""
+}
+
+// TestKubernetesRange: the chart's kubeVersion is the range `make test-k8s` passed on (the
+// Makefile's K8S_TESTED, oldest and newest), no wider: Helm renders for both ends and for what make
+// test runs, and refuses the release before the oldest and the one after the newest;
+// docs/install.md says the same range.
+func TestKubernetesRange(t *testing.T) {
+	tested := strings.Fields(os.Getenv("GLOBAL_K8S_TESTED"))
+	if len(tested) != 2 {
+		t.Fatalf("GLOBAL_K8S_TESTED=%q: the Makefile names the oldest and the newest release make test-k8s passed", tested)
+	}
+	minor := func(v string) (int, int) {
+		var major, minor, patch int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d.%d", &major, &minor, &patch); err != nil {
+			t.Fatalf("version %q: %v", v, err)
+		}
+		return major, minor
+	}
+	oMaj, oMin := minor(tested[0])
+	nMaj, nMin := minor(tested[1])
+	b, err := os.ReadFile(chartPath(t, "Chart.yaml"))
+	must(t, err)
+	var chart struct {
+		KubeVersion string `json:"kubeVersion"`
+	}
+	must(t, yaml.Unmarshal(b, &chart))
+	if want := fmt.Sprintf(">=%d.%d.0-0 <%d.%d.0-0", oMaj, oMin, nMaj, nMin+1); chart.KubeVersion != want {
+		t.Errorf("Chart.yaml's kubeVersion %q, the range tested %q", chart.KubeVersion, want)
+	}
+	helm := helms(t)["helm4"]
+	for v, ok := range map[string]bool{
+		strings.TrimPrefix(tested[0], "v"): true, strings.TrimPrefix(tested[1], "v"): true, strings.TrimPrefix(kubernetesVersion(t), "v"): true,
+		fmt.Sprintf("%d.%d.9", oMaj, oMin-1): false, fmt.Sprintf("%d.%d.0", nMaj, nMin+1): false,
+	} {
+		_, err := harness.TryHelm(t, helm, nil, "template", "coredns-global", chartPath(t, ""), "--set", "image.repository="+imageRepository, "--kube-version", v)
+		if (err == nil) != ok {
+			t.Errorf("helm template for Kubernetes %s: %v (want rendered: %t)", v, err, ok)
+		}
+	}
+	if doc := readFile(t, repoPath(t, "docs/install.md")); !strings.Contains(doc, fmt.Sprintf("**Kubernetes %d.%d to %d.%d**", oMaj, oMin, nMaj, nMin)) ||
+		!strings.Contains(doc, "passed on "+strings.TrimPrefix(tested[0], "v")+" and "+strings.TrimPrefix(tested[1], "v")) {
+		t.Errorf("docs/install.md does not state the range tested, %s to %s", tested[0], tested[1])
+	}
 }
 
 // TestChartInstall installs the chart for real, with Helm 4 (values-ha.yaml) and Helm 3 (DNS
