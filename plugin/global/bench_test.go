@@ -31,7 +31,7 @@ func BenchmarkServeDNS(b *testing.B) {
 	g := newGlobal(b, source())
 	g.rotate = true // the default
 	g.Zones = []string{"global.", "near.global."}
-	g.policies = map[string]index.Policy{"near.global.": {Nearest: 1}}
+	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}})
 	for _, q := range []struct {
 		name, qname string
 		qtype       uint16

@@ -36,11 +36,11 @@ type locator interface {
 	Forwarder(a netip.Addr) bool
 }
 
-// querier learns who asks query r, received on w: from its ECS option, else from its source
+// whoAsks learns who asks query r, received on w: from its ECS option, else from its source
 // address (unless a forwarder's). It returns the ECS option of the reply, when client_locality
 // has ecs and the query carries one: with the scope the answer depends on (RFC 7871 7.2.1), so
 // that caches honouring ECS keep it apart. Without client_locality it does nothing.
-func (g *Global) querier(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
+func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
 	if g.locator == nil {
 		return q, nil
 	}

@@ -85,7 +85,7 @@ func zonedGlobal(t testing.TB, sources clientSources) *Global {
 	ix.Start()
 	ix.Publish()
 	g := &Global{Zones: []string{"global.", "near.global.", "clusterset.local."}, recordMaker: recordMaker{ttl: 5}, index: ix, explain: true,
-		selector: selector{policies: map[string]index.Policy{"near.global.": {Nearest: 1}}, mcsZones: []string{"clusterset.local."}},
+		selector: selector{policies: policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), mcsZones: []string{"clusterset.local."}},
 		sources:  sources, Next: test.NextHandler(dns.RcodeNameError, nil)}
 	if sources != (clientSources{}) {
 		g.locator = fakeLocator{}

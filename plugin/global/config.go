@@ -54,7 +54,6 @@ func defaults(zones []string) *Global {
 			Namespace: writer.DefaultLeaseNamespace(), Name: writer.DefaultLeaseName,
 			Duration: writer.DefaultLeaseDuration, RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
 		},
-		selector: selector{policies: map[string]index.Policy{}},
 		explain:  true,
 		apiQPS:   defaultQPS,
 		apiBurst: defaultBurst,
@@ -129,7 +128,7 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 	case "names":
 		g.mcsZones, err = parseNames(c, args, g.Zones)
 	case "policy":
-		err = parsePolicy(c, args, g.Zones, g.policies)
+		err = parsePolicy(c, args, g.Zones, &g.policies)
 	case "rotate":
 		g.rotate, err = onOff(c, opt, args)
 	case "explain":
@@ -354,7 +353,7 @@ func parseNames(c *caddy.Controller, args, zones []string) ([]string, error) {
 // parsePolicy parses `policy all|nearest [N] [ZONES...]` into policies: the policy of the zones
 // given (each one of the plugin's zones, each once), or without zones the instance's default, under
 // "" (once).
-func parsePolicy(c *caddy.Controller, args, zones []string, policies map[string]index.Policy) error {
+func parsePolicy(c *caddy.Controller, args, zones []string, ps *policies) error {
 	if len(args) == 0 {
 		return c.ArgErr()
 	}
@@ -375,10 +374,10 @@ func parsePolicy(c *caddy.Controller, args, zones []string, policies map[string]
 		if z != "" && !slices.Contains(zones, z) {
 			return c.Errf("policy: %q is not one of the plugin's zones %v", z, zones)
 		}
-		if _, dup := policies[z]; dup {
+		if _, dup := ps.get(z); dup {
 			return c.Errf("policy for %s given twice", cmp.Or(z, "the instance (no zones)"))
 		}
-		policies[z] = p
+		ps.set(z, p)
 	}
 	return nil
 }

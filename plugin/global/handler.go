@@ -33,7 +33,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	snap := g.index.Snapshot()
 	chaos := state.QClass() == dns.ClassCHAOS && g.explain
 	final := false // an answer fallthrough must not pass on
-	q, ecs := g.querier(w, r)
+	q, ecs := g.whoAsks(w, r)
 
 	switch n := g.scheme(zone).parse(qname, zone); {
 	case state.QClass() != dns.ClassINET && !chaos:
@@ -59,9 +59,9 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		g.unsynced(r, m)
 	default:
 		var s selection
-		g.selectName(&s, snap, zone, n, state.QType(), q, state.Size())
+		g.selectName(&s, snap, zone, &n, state.QType(), q, &state)
 		final = s.ambiguous()
-		g.answer(state, m, &s)
+		g.answer(&state, m, &s)
 	}
 	if ecs != nil {
 		if len(m.Answer) == 0 {
@@ -119,11 +119,11 @@ func newReply(r *dns.Msg) *dns.Msg {
 }
 
 // answer renders selection s, of a name below the apex, into m.
-func (g *Global) answer(state request.Request, m *dns.Msg, s *selection) {
-	qtype, owner, n := state.QType(), questionName(state.Req), s.name
+func (g *Global) answer(state *request.Request, m *dns.Msg, s *selection) {
+	qtype, owner, n := state.QType(), questionName(state.Req), &s.name
 	switch {
 	case s.ambiguous():
-		g.answerAmbiguous(state, m, s)
+		g.answerAmbiguous(*state, m, s)
 		return
 	case !s.exists:
 		m.Rcode = dns.RcodeNameError
@@ -134,9 +134,9 @@ func (g *Global) answer(state request.Request, m *dns.Msg, s *selection) {
 	case s.view.Empty(), n.form == formProto: // empty non-terminals: NODATA
 	case n.form == formSRV && qtype != dns.TypeSRV: // NODATA
 	case qtype == dns.TypeA:
-		m.Answer = g.addrs(owner, counted(s.a), state.Size())
+		m.Answer = g.addrs(owner, counted(s.a), state)
 	case qtype == dns.TypeAAAA:
-		m.Answer = g.addrs(owner, counted(s.aaaa), state.Size())
+		m.Answer = g.addrs(owner, counted(s.aaaa), state)
 	case qtype == dns.TypeSRV:
 		m.Answer, m.Extra = g.srv(owner, s.scheme.serviceDomain(s.svc.Key, s.zone), s.srv, n, state.Size())
 		if len(m.Answer) > 0 { // targets come in tier order; Priority is the tier
@@ -149,7 +149,7 @@ func (g *Global) answer(state request.Request, m *dns.Msg, s *selection) {
 		} else {
 			counted(s.a)
 		}
-		m.Answer = append(g.addrs(owner, s.a, state.Size()), g.addrs(owner, s.aaaa, state.Size())...)
+		m.Answer = append(g.addrs(owner, s.a, state), g.addrs(owner, s.aaaa, state)...)
 	}
 	if len(m.Answer) == 0 {
 		m.Ns = []dns.RR{g.soa(state.Zone, s.snap, dns.ClassINET)}
@@ -170,7 +170,7 @@ func counted(rs []index.Record) []index.Record {
 
 // failedOver counts an answer of svc under a nearest policy when it skipped a nearer tier for
 // having no ready record: only a name of the whole service (not one cluster's, or one pod's) can.
-func failedOver(svc *index.Service, n name) {
+func failedOver(svc *index.Service, n *name) {
 	if n.cluster == "" && svc.Depleted() {
 		telemetry.FailoverAnswers.Inc()
 	}
@@ -210,7 +210,7 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 		lines = []string{"synced=false: waiting for the Kubernetes API; IN answers SERVFAIL until then"}
 	default:
 		var s selection
-		g.selectName(&s, snap, state.Zone, n, dns.TypeTXT, q, 0)
+		g.selectName(&s, snap, state.Zone, &n, dns.TypeTXT, q, nil)
 		switch ambiguous = s.ambiguous(); {
 		case ambiguous:
 			g.answerAmbiguous(state, m, &s)

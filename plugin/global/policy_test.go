@@ -36,7 +36,7 @@ func TestPolicies(t *testing.T) {
 	src := source()
 	g := newGlobal(t, src)
 	g.Zones = []string{"global.", "near.global.", "near2.global."}
-	g.policies = map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 3}}
+	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 3}})
 	ask := func(qname string, qtype uint16, rcode int, want ...string) {
 		t.Helper()
 		m := query(t, g, qname, qtype)
@@ -111,7 +111,7 @@ func TestPolicies(t *testing.T) {
 			t.Errorf("policy of %s from %s, want %s", zone, got, want)
 		}
 	}
-	g.policies[""] = index.Policy{Nearest: 2}
+	g.policies.set("", index.Policy{Nearest: 2})
 	if p, from := g.policyOf("global.", g.index.Snapshot().Service(index.Key{Namespace: "db", Name: "empty"})); p.Nearest != 2 || from != fromDefault {
 		t.Errorf("without an annotation: %v from %s, want the default nearest 2", p, from)
 	}
@@ -131,8 +131,8 @@ func TestParsePolicies(t *testing.T) {
 		t.Fatalf("policies %v, want %v", g.policies, want)
 	}
 	for z, p := range want {
-		if g.policies[z] != p {
-			t.Errorf("policy of %q: %v, want %v", z, g.policies[z], p)
+		if got, _ := g.policies.get(z); got != p {
+			t.Errorf("policy of %q: %v, want %v", z, got, p)
 		}
 	}
 	for _, bad := range []string{

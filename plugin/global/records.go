@@ -8,6 +8,7 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 
+	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 )
 
@@ -40,14 +41,14 @@ func (mk *recordMaker) soa(zone string, snap *index.Snapshot, class uint16) *dns
 
 // addrs returns one A or AAAA record per record, in the index's (tier) order, each tier rotated
 // by a random offset unless rotation is off: naive clients dial the first address, and the
-// loadbalance plugin would shuffle the tiers away. It makes no more than a reply of size bytes can
+// loadbalance plugin would shuffle the tiers away. It makes no more than the reply to req can
 // hold and one (the server truncates the reply to fit, and says so): the work of an answer is
 // bounded by the client's buffer, whatever the service's size.
-func (mk *recordMaker) addrs(owner string, rs []index.Record, size int) []dns.RR {
+func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Request) []dns.RR {
 	if len(rs) == 0 {
 		return nil
 	}
-	out := make([]dns.RR, min(len(rs), size/minAddrRR+1))
+	out := make([]dns.RR, fitting(len(rs), minAddrRR, req))
 	off := 0
 	if mk.rotate && len(rs) > 1 {
 		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
@@ -64,6 +65,15 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, size int) []dns.RR
 		i = j
 	}
 	return out
+}
+
+// fitting is how many of n records of at least perRR bytes the reply to req holds, and one (nil:
+// all n). Every reply holds 512 bytes: below what those hold, the question's EDNS0 size is not read.
+func fitting(n, perRR int, req *request.Request) int {
+	if req == nil || n <= 512/perRR+1 {
+		return n
+	}
+	return min(n, req.Size()/perRR+1)
 }
 
 // The least bytes a record takes in a reply, its owner name compressed to a pointer: 2 for it, 10
@@ -125,7 +135,7 @@ func (mk *recordMaker) addr(owner string, a netip.Addr) dns.RR {
 // equally. A first pass sizes everything, so the answer takes a handful of allocations, not a few
 // per target: the records, the glue, and the target names cut from one string. Targets past what
 // a reply of size bytes can hold are not made (the server truncates the reply and says so).
-func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n name, replySize int) (answer, extra []dns.RR) {
+func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *name, replySize int) (answer, extra []dns.RR) {
 	var buf [8]srvTarget // the usual few targets, on the stack
 	targets, size := srvTargets(buf[:0], kept, n, domain, replySize)
 	if size.srvs == 0 {
@@ -173,7 +183,7 @@ type srvSize struct{ srvs, v4, v6, names, lastTier int }
 
 // srvTargets appends to targets those of kept with a port n asks for, merged from both families
 // once, until they fill a reply of size bytes, and returns what the answer made of them holds.
-func srvTargets(targets []srvTarget, kept index.View, n name, domain [5]string, replySize int) ([]srvTarget, srvSize) {
+func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string, replySize int) ([]srvTarget, srvSize) {
 	domainLen := 0
 	for _, s := range domain {
 		domainLen += len(s)

@@ -7,42 +7,43 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 
+	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
 )
 
 // selector chooses what names answer: the options that decide it.
 type selector struct {
-	policies         map[string]index.Policy // policy: by zone, the zones' policies; under "", the instance's
-	preferNamespaces []string                // prefer_namespaces: the order in which short names pick a namespace
-	mcsZones         []string                // names mcs: the zones with MCS names; the others have .global's
+	policies         policies // policy: by zone, the zones' policies; under "", the instance's
+	preferNamespaces []string // prefer_namespaces: the order in which short names pick a namespace
+	mcsZones         []string // names mcs: the zones with MCS names; the others have .global's
 }
 
 // scheme returns the naming scheme of zone.
 func (c *selector) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
 
-// selectName computes into s what name n, parsed under zone, selects from snap for a question of
-// qtype (dns.TypeTXT in class CH, an explanation: every answer's records) asked by q, whose reply
-// holds size bytes (0: no bound): everything an answer or an explanation of it says. (Into s, not
+// selectName computes into s, a zero selection, what name n, parsed under zone, selects from snap
+// for a question req of qtype (nil and dns.TypeTXT in class CH, an explanation: every answer's
+// records, unbounded) asked by q: everything an answer or an explanation of it says. (Into s, not
 // returned: a selection is some 300 bytes, made once on the caller's stack.)
-func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n name, qtype uint16, q querier, size int) {
-	*s = selection{name: n, zone: zone, scheme: c.scheme(zone), snap: snap, querier: q}
+func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n *name, qtype uint16, q querier, req *request.Request) {
+	s.name, s.zone, s.scheme, s.snap, s.querier = *n, zone, c.scheme(zone), snap, q
 	if n.svc != "" {
-		s.svc, s.candidates = c.service(snap, zone, n)
+		s.svc, s.candidates = c.service(snap, zone, &s.name)
 	}
-	c.choose(s, qtype, size)
+	c.choose(s, qtype, viewLimit(s.svc, req))
 }
 
-// choose sets what s's service answers for its name and qtype: the view, the policy and the
-// records kept, and whether the name exists.
-func (c *selector) choose(s *selection, qtype uint16, size int) {
-	n := s.name
+// choose sets what s's service answers for its name and qtype, no more than limit records of a
+// family: the view, the policy and the records kept, and whether the name exists.
+func (c *selector) choose(s *selection, qtype uint16, limit int) {
+	n := &s.name
 	if s.svc != nil {
-		s.view = s.svc.Select(n.cluster, n.host, portFilter(s, size), recordLimit(size))
+		s.view = s.svc.Select(n.cluster, n.host, portFilter(s, limit), limit)
 	}
 	// A zonal name exists where its service's name does.
 	s.exists = exists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
 	if s.svc != nil && (n.zonal != zonalNone || s.client != nil) {
-		s.reshape(familyOf(qtype), recordLimit(size))
+		s.reshape(familyOf(qtype), limit)
 	}
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
 	s.policy, s.from = c.policyOf(s.zone, s.svc)
@@ -69,10 +70,10 @@ func familyOf(qtype uint16) index.Family {
 }
 
 // portFilter is what the view of an SRV name keeps when its service holds more records than an
-// answer of size bytes can: those with a port the name asks for, else the few read could all be
+// answer holds (limit): those with a port the name asks for, else the few read could all be
 // records without one. Otherwise nothing is filtered: answers skip such records as they go.
-func portFilter(s *selection, size int) func(*index.Record) bool {
-	if (s.name.form != formSRV && s.name.form != formProto) || s.svc.Records().Len() < recordLimit(size) {
+func portFilter(s *selection, limit int) func(*index.Record) bool {
+	if (s.name.form != formSRV && s.name.form != formProto) || s.svc.Records().Len() < limit {
 		return nil
 	}
 	return s.name.matches
@@ -89,10 +90,20 @@ func recordLimit(size int) int {
 	return max(size/minAddrRR+1, 100)
 }
 
+// viewLimit is recordLimit of the reply to req (nil: an explanation, unbounded) for service svc.
+// A service of fewer than 100 records is read whole whatever the bound, so its reply's size is
+// not read: reading the EDNS0 option costs as much as a small answer's selection.
+func viewLimit(svc *index.Service, req *request.Request) int {
+	if req == nil || svc == nil || svc.Records().Len() < 100 {
+		return math.MaxInt
+	}
+	return recordLimit(req.Size())
+}
+
 // service finds the global service a name of one refers to: nil when there is none. A short name
 // that several namespaces have, with no prefer_namespaces entry among them, refers to none of them:
 // it must never silently pick one. Their selections are returned, for the explanation.
-func (c *selector) service(snap *index.Snapshot, zone string, n name) (*index.Service, []selection) {
+func (c *selector) service(snap *index.Snapshot, zone string, n *name) (*index.Service, []selection) {
 	if !n.short {
 		return snap.Service(index.Key{Namespace: n.ns, Name: n.svc}), nil
 	}
@@ -109,7 +120,7 @@ func (c *selector) service(snap *index.Snapshot, zone string, n name) (*index.Se
 	candidates := make([]selection, len(named))
 	for i, svc := range named {
 		candidates[i] = selection{name: name{form: formService, svc: n.svc, ns: svc.Namespace}, zone: zone, scheme: c.scheme(zone), snap: snap, svc: svc}
-		c.choose(&candidates[i], dns.TypeTXT, 0)
+		c.choose(&candidates[i], dns.TypeTXT, math.MaxInt)
 	}
 	return nil, candidates
 }
@@ -129,7 +140,7 @@ func preferred(order []string, candidates []*index.Service) *index.Service {
 // policyOf returns the policy of answers for svc (nil: none) in zone, and who set it: the zone's,
 // else the service owner's, else the instance's.
 func (c *selector) policyOf(zone string, svc *index.Service) (index.Policy, policySource) {
-	if p, ok := c.policies[zone]; ok {
+	if p, ok := c.policies.get(zone); ok {
 		return p, fromZone
 	}
 	if svc != nil {
@@ -137,13 +148,53 @@ func (c *selector) policyOf(zone string, svc *index.Service) (index.Policy, poli
 			return p, fromAnnotation
 		}
 	}
-	return c.policies[""], fromDefault
+	p, _ := c.policies.get("")
+	return p, fromDefault
+}
+
+// policies are the policies of a plugin's zones and its own (zone ""): a few, looked up on every
+// query without hashing. The zones are the plugin's own strings, which compare at a glance.
+type policies []zonePolicy
+
+type zonePolicy struct {
+	zone   string
+	policy index.Policy
+}
+
+// policiesOf returns the policies of m.
+func policiesOf(m map[string]index.Policy) policies {
+	var out policies
+	for z, p := range m {
+		out.set(z, p)
+	}
+	return out
+}
+
+// get returns the policy of zone, and whether it has one.
+func (ps policies) get(zone string) (index.Policy, bool) {
+	for i := range ps {
+		if ps[i].zone == zone {
+			return ps[i].policy, true
+		}
+	}
+	return index.Policy{}, false
+}
+
+// set sets the policy of zone.
+func (ps *policies) set(zone string, p index.Policy) {
+	for i := range *ps {
+		if (*ps)[i].zone == zone {
+			(*ps)[i].policy = p
+			return
+		}
+	}
+	*ps = append(*ps, zonePolicy{zone, p})
 }
 
 // keepTargets returns the prefixes of v's records that hold the targets an SRV answer of name n
 // keeps under policy p: all, or the nearest whole tiers until they hold p.Nearest targets with a
 // port n asks for. Each target is one member, counted once, whatever its ports and addresses.
-func keepTargets(p index.Policy, v index.View, n name) index.View {
+func keepTargets(p index.Policy, v index.View, n *name) index.View {
 	if p.Nearest == 0 {
 		return v
 	}
@@ -172,7 +223,7 @@ func below(rs []index.Record, tier uint8) []index.Record {
 // so does this plugin, and so for everything below it. A one-label name may be a namespace with a
 // global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
 // when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
-func exists(snap *index.Snapshot, n name, view index.View) bool {
+func exists(snap *index.Snapshot, n *name, view index.View) bool {
 	switch {
 	case n.form == formVersion, n.form == formAboveNameserver:
 		return true
@@ -189,7 +240,7 @@ func exists(snap *index.Snapshot, n name, view index.View) bool {
 }
 
 // anyMatches reports whether n matches a record of rs.
-func anyMatches(rs []index.Record, n name) bool {
+func anyMatches(rs []index.Record, n *name) bool {
 	for i := range rs {
 		if n.matches(&rs[i]) {
 			return true

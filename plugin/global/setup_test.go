@@ -150,7 +150,7 @@ func TestZones(t *testing.T) {
 		if !slices.Equal(g.Zones, tc.zones) || !slices.Equal(g.mcsZones, tc.mcs) {
 			t.Errorf("%v %q: zones %v mcs %v, want %v %v", tc.keys, tc.corefile, g.Zones, g.mcsZones, tc.zones, tc.mcs)
 		}
-		if _, ok := g.policies[tc.policyFor]; tc.policyFor != "" && !ok {
+		if _, ok := g.policies.get(tc.policyFor); tc.policyFor != "" && !ok {
 			t.Errorf("%v %q: no policy for %s: %v", tc.keys, tc.corefile, tc.policyFor, g.policies)
 		}
 	}
