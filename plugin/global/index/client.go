@@ -37,14 +37,21 @@ type Client struct {
 type clientTiers struct {
 	topo     *Topology
 	local    [2][2]uint8
-	clusters map[string]uint8 // the linked clusters with a locality; the others are farthest
-	farthest uint8
+	clusters []clusterTier // the linked clusters with a locality (a few: looked up without hashing)
+	farthest uint8         // the others'
+}
+
+type clusterTier struct {
+	cluster string
+	tier    uint8
 }
 
 // of returns the tier of linked cluster's records.
 func (ct *clientTiers) of(cluster string) uint8 {
-	if t, ok := ct.clusters[cluster]; ok {
-		return t
+	for i := range ct.clusters {
+		if ct.clusters[i].cluster == cluster {
+			return ct.clusters[i].tier
+		}
 	}
 	return ct.farthest
 }
@@ -55,7 +62,7 @@ func (c *Client) tiersFrom(t *Topology) *clientTiers {
 	if ct := c.tiers.Load(); ct != nil && ct.topo == t {
 		return ct
 	}
-	ct := &clientTiers{topo: t, clusters: map[string]uint8{}, farthest: t.tierAt("", "", "", c)}
+	ct := &clientTiers{topo: t, farthest: t.tierAt("", "", "", c)}
 	for node, onNode := range [2]string{"", c.Node} {
 		for zone, inZone := range [2]string{"", c.Zone()} {
 			ct.local[node][zone] = t.tierAt(t.Local, onNode, inZone, c)
@@ -63,7 +70,7 @@ func (c *Client) tiersFrom(t *Topology) *clientTiers {
 	}
 	for cluster := range t.Locality {
 		if cluster != t.Local {
-			ct.clusters[cluster] = t.tierAt(cluster, "", t.Zone(cluster), c)
+			ct.clusters = append(ct.clusters, clusterTier{cluster, t.tierAt(cluster, "", t.Zone(cluster), c)})
 		}
 	}
 	c.tiers.Store(ct)

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"math/bits"
 	"strings"
 )
 
@@ -112,51 +113,87 @@ type nearestWalk struct {
 	limit int
 }
 
-// run is a cluster's ready records (s.clusters[i]'s) in an answer, with their tier. An answer's
-// runs are nearest first: the local cluster's once per tier of its kinds of record.
+// run is a cluster's ready records (s.clusters[i]'s) in an answer, with their tier; for the local
+// cluster, of the kinds of record of that tier (kindsOf). An answer's runs are nearest first: the
+// local cluster's once per tier of its kinds.
 type run struct {
-	i    int
-	tier uint8
+	i     int
+	tier  uint8
+	local bool
+	kinds uint8
+}
+
+// The kinds of local record, as bits: on the client's node or not, in its zone or not.
+const (
+	kindNodeZone = 1 << iota // on the node, in the zone
+	kindNode                 // on the node, not in the zone
+	kindZone                 // in the zone, not on the node
+	kindElse                 // neither
+	kindsAll     = kindNodeZone | kindNode | kindZone | kindElse
+)
+
+// kindsOf returns the kinds of local record of tier t from the client.
+func (w *nearestWalk) kindsOf(t uint8) uint8 {
+	l := &w.tiers.local
+	var k uint8
+	for bit, kt := range [4]uint8{l[1][1], l[1][0], l[0][1], l[0][0]} {
+		if kt == t {
+			k |= 1 << bit
+		}
+	}
+	return k
 }
 
 // plan appends to runs the runs of the clusters in scope, by tier, each tier's in cluster order
 // (the mirrors are in cluster order in s.clusters; this cluster's goes where its name sorts).
 func (w *nearestWalk) plan(cluster string, runs []run) []run {
 	s, p := w.s, w.p
-	local := len(s.clusters) > 0 && s.Members[0].Local()
+	local := len(s.clusters) > 0 && s.Members[0].Local() && (cluster == "" || s.topo.Local == cluster)
 	first := 0
-	if local {
+	if len(s.clusters) > 0 && s.Members[0].Local() {
 		first = 1
 	}
-	// Each mirror's tier, once; 255: not in the answer.
+	// Each mirror's tier, once (255: not in the answer), and the tiers there are, as bits.
 	var buf [16]uint8
 	tiers := buf[:0]
 	if n := len(s.clusters) - first; n > len(buf) {
 		tiers = make([]uint8, 0, n)
 	}
-	top := uint8(0)
+	var present uint64
 	for i := first; i < len(s.clusters); i++ {
 		t := w.mirrorTier(cluster, i)
-		if t != 255 {
-			top = max(top, t)
+		if t < 64 {
+			present |= 1 << t
 		}
 		tiers = append(tiers, t)
 	}
-	localIn := local && (cluster == "" || s.topo.Local == cluster)
-	if localIn {
-		top = max(top, w.tiersOfLocal()[1])
-	}
-	for t := uint8(0); t <= top; t++ {
-		for j, mt := range tiers {
-			if j == p.localAt && localIn && w.localHas(t) {
-				runs = append(runs, run{i: 0, tier: t})
-			}
-			if mt == t {
-				runs = append(runs, run{i: first + j, tier: t})
+	if local {
+		if w.c == nil {
+			present |= 1 // the local cluster's index tier
+		} else {
+			for _, byZone := range w.tiers.local {
+				for _, t := range byZone {
+					present |= 1 << t
+				}
 			}
 		}
-		if len(tiers) == p.localAt && localIn && w.localHas(t) {
-			runs = append(runs, run{i: 0, tier: t})
+	}
+	for ; present != 0; present &= present - 1 {
+		t := uint8(bits.TrailingZeros64(present))
+		var kinds uint8 // of the local records of this tier: without a client, all at tier 0
+		switch {
+		case w.c != nil:
+			kinds = w.kindsOf(t)
+		case t == 0:
+			kinds = kindsAll
+		}
+		for j := 0; j <= len(tiers); j++ {
+			if j == p.localAt && local && kinds != 0 {
+				runs = append(runs, run{i: 0, tier: t, local: true, kinds: kinds})
+			}
+			if j < len(tiers) && tiers[j] == t {
+				runs = append(runs, run{i: first + j, tier: t})
+			}
 		}
 	}
 	return runs
@@ -184,48 +221,22 @@ func (w *nearestWalk) mirrorTier(cluster string, i int) uint8 {
 	return w.rs.At(int(at)).Tier // the index's tier: its cluster's
 }
 
-// tiersOfLocal returns the nearest and the farthest tier of the local cluster's records.
-func (w *nearestWalk) tiersOfLocal() [2]uint8 {
-	if w.c == nil {
-		return [2]uint8{0, 0}
+// localKind returns the kind of local record r from the client, as its bit.
+func (w *nearestWalk) localKind(r *Record) uint8 {
+	node, zone := false, false
+	if r.Local != nil {
+		node = r.Local.NodeName != "" && r.Local.NodeName == w.c.Node
+		zone = r.Local.Zone != "" && r.Local.Zone == w.czone
 	}
-	lo, hi := uint8(255), uint8(0)
-	for _, byZone := range w.tiers.local {
-		for _, t := range byZone {
-			lo, hi = min(lo, t), max(hi, t)
-		}
+	switch {
+	case node && zone:
+		return kindNodeZone
+	case node:
+		return kindNode
+	case zone:
+		return kindZone
 	}
-	return [2]uint8{lo, hi}
-}
-
-// localHas reports whether the local cluster's records may be of tier t: without a client, its
-// index tier, 0; with one, any of its four kinds' tiers.
-func (w *nearestWalk) localHas(t uint8) bool {
-	if w.c == nil {
-		return t == 0
-	}
-	for _, byZone := range w.tiers.local {
-		for _, kt := range byZone {
-			if kt == t {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// localKind returns whether local record r is on the client's node and in its zone, as 0 or 1.
-func (w *nearestWalk) localKind(r *Record) (node, zone int) {
-	if r.Local == nil {
-		return 0, 0
-	}
-	if r.Local.NodeName != "" && r.Local.NodeName == w.c.Node {
-		node = 1
-	}
-	if z := r.Local.Zone; z != "" && z == w.czone {
-		zone = 1
-	}
-	return node, zone
+	return kindElse
 }
 
 // family returns the answer's records of family f (0: IPv4, 1: IPv6), from runs.
@@ -234,7 +245,7 @@ func (w *nearestWalk) family(runs []run, f int) []Record {
 	// once), or the limit.
 	n, local := 0, false
 	for _, r := range runs {
-		if w.s.Members[r.i].Local() {
+		if r.local {
 			if local {
 				continue
 			}
@@ -243,10 +254,10 @@ func (w *nearestWalk) family(runs []run, f int) []Record {
 		span := w.s.clusters[r.i].span(f)
 		n += int(span[1] - span[0])
 	}
-	var out []Record
-	if n > 0 {
-		out = make([]Record, 0, min(n, w.limit))
+	if n == 0 {
+		return nil
 	}
+	out := make([]Record, 0, min(n, w.limit))
 	for _, r := range runs {
 		if len(out) == w.limit {
 			break
@@ -255,64 +266,48 @@ func (w *nearestWalk) family(runs []run, f int) []Record {
 		if span[0] == span[1] {
 			continue
 		}
-		if w.s.Members[r.i].Local() {
-			out = w.takeLocal(out, f, span, r.tier)
+		if r.local {
+			out = w.takeLocal(out, f, span, r)
 		} else {
-			out = w.take(out, span, nil, r.tier)
+			out = w.take(out, w.rs.Slice(int(span[0]), int(span[1])), 0, r.tier)
 		}
 	}
 	return out
 }
 
-// takeLocal appends the local records of tier t (all of them without a client), from span, to
-// out, walking the smallest group that holds them: the client's node's, a zone's, or the span.
-func (w *nearestWalk) takeLocal(out []Record, f int, span [2]int32, t uint8) []Record {
-	places := w.p.family[f]
-	if w.c == nil {
-		if w.zone == "" {
-			return w.take(out, span, nil, t)
-		}
-		return w.takeList(out, zoneGroup(places, w.zone), nil, t)
-	}
-	// Which kinds of local record have this tier: on the client's node or not, in its zone or not.
-	var kinds [2][2]bool
-	onNode, inZone, all := true, true, true
-	for node := range 2 {
-		for zone := range 2 {
-			if kinds[node][zone] = w.tiers.local[node][zone] == t; kinds[node][zone] {
-				onNode, inZone = onNode && node == 1, inZone && zone == 1
-			} else {
-				all = false
-			}
-		}
-	}
-	of := func(rec *Record) bool {
-		n, z := w.localKind(rec)
-		return (all || kinds[n][z]) && (w.zone == "" || rec.Local != nil && strings.EqualFold(rec.Local.Zone, w.zone))
-	}
-	// A group all of whose kinds are of this tier needs no filter (when no zone is asked).
-	unfiltered := func(group bool) func(*Record) bool {
-		if group && w.zone == "" {
-			return nil
-		}
-		return of
-	}
+// takeLocal appends the local records of run r (all of them without a client), from span, to out,
+// walking the smallest group that holds them: the client's node's, a zone's, or the span.
+func (w *nearestWalk) takeLocal(out []Record, f int, span [2]int32, r run) []Record {
+	places := &w.p.family[f]
 	switch {
-	case onNode:
-		return w.takeList(out, places.byNode[w.c.Node], unfiltered(kinds[1][0] && kinds[1][1]), t)
+	case w.c == nil && w.zone == "":
+		return w.take(out, w.rs.Slice(int(span[0]), int(span[1])), 0, r.tier)
+	case w.c == nil:
+		return w.takeList(out, zoneGroup(places, w.zone), 0, r.tier)
+	case r.kinds&^(kindNodeZone|kindNode) == 0: // on the node: its group, filtered unless both kinds
+		return w.takeList(out, places.byNode[w.c.Node], filterUnless(r.kinds, kindNodeZone|kindNode, w.zone), r.tier)
 	case w.zone != "":
-		return w.takeList(out, zoneGroup(places, w.zone), of, t)
-	case inZone:
-		return w.takeList(out, places.byZone[w.czone], unfiltered(kinds[0][1] && kinds[1][1]), t)
+		return w.takeList(out, zoneGroup(places, w.zone), r.kinds, r.tier)
+	case r.kinds&^(kindNodeZone|kindZone) == 0:
+		return w.takeList(out, places.byZone[w.czone], filterUnless(r.kinds, kindNodeZone|kindZone, w.zone), r.tier)
 	}
 	// The kinds farthest from the client, neither on its node nor in its zone: every record of a
 	// nearer kind was answered before (or the answer is full), so those skipped here are at most
 	// those answered.
-	return w.take(out, span, of, t)
+	return w.take(out, w.rs.Slice(int(span[0]), int(span[1])), r.kinds, r.tier)
+}
+
+// filterUnless is kinds, the filter of a group of the kinds group, or 0 (no filter) when kinds is
+// all of them and no zone is asked.
+func filterUnless(kinds, group uint8, zone string) uint8 {
+	if kinds == group && zone == "" {
+		return 0
+	}
+	return kinds
 }
 
 // zoneGroup returns the local records in zone (ignoring case), in answer order.
-func zoneGroup(p localPlaces, zone string) []*Record {
+func zoneGroup(p *localPlaces, zone string) []*Record {
 	var out []*Record
 	for z, g := range p.byZone {
 		if !strings.EqualFold(z, zone) {
@@ -336,34 +331,38 @@ func zoneGroup(p localPlaces, zone string) []*Record {
 	return out
 }
 
-// take appends to out, until it holds w.limit, the records of span that of admits (nil: all) and
+// take appends to out, until it holds w.limit, the records of rs of the kinds kinds (0: any) that
 // w.keep admits, with tier t.
-func (w *nearestWalk) take(out []Record, span [2]int32, of func(*Record) bool, t uint8) []Record {
-	for p := range w.rs.Slice(int(span[0]), int(span[1])).Parts() {
+func (w *nearestWalk) take(out []Record, rs Records, kinds uint8, t uint8) []Record {
+	for p := range rs.Parts() {
 		for k := range p {
 			if len(out) == w.limit {
 				return out
 			}
-			out = w.add(out, &p[k], of, t)
+			out = w.add(out, &p[k], kinds, t)
 		}
 	}
 	return out
 }
 
 // takeList is take over the records of list.
-func (w *nearestWalk) takeList(out []Record, list []*Record, of func(*Record) bool, t uint8) []Record {
+func (w *nearestWalk) takeList(out []Record, list []*Record, kinds uint8, t uint8) []Record {
 	for _, r := range list {
 		if len(out) == w.limit {
 			break
 		}
-		out = w.add(out, r, of, t)
+		out = w.add(out, r, kinds, t)
 	}
 	return out
 }
 
-// add appends r, with tier t, to out if of and w.keep admit it.
-func (w *nearestWalk) add(out []Record, r *Record, of func(*Record) bool, t uint8) []Record {
-	if (of != nil && !of(r)) || (w.keep != nil && !w.keep(r)) {
+// add appends r, with tier t, to out if it is of the kinds kinds (0: any; a local record), in the
+// zone asked and admitted by w.keep.
+func (w *nearestWalk) add(out []Record, r *Record, kinds uint8, t uint8) []Record {
+	if kinds != 0 && (kinds&w.localKind(r) == 0 || w.zone != "" && (r.Local == nil || !strings.EqualFold(r.Local.Zone, w.zone))) {
+		return out
+	}
+	if w.keep != nil && !w.keep(r) {
 		return out
 	}
 	rec := *r
