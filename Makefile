@@ -247,10 +247,11 @@ BENCHFLAGS ?=
 bench: build controlplane dnsperf
 	$(GO) run ./test/bench -out docs/benchmarks.md $(BENCHFLAGS)
 
+# dnsperf drives the throughput rows, valgrind (callgrind) counts the plain names' instructions.
 dnsperf:
-	@command -v dnsperf >/dev/null || { echo "installing dnsperf (Debian dnsperf)"; \
-		$(SUDO) apt-get install -y dnsperf >/dev/null 2>&1 || \
-		{ $(SUDO) apt-get update >/dev/null 2>&1 && $(SUDO) apt-get install -y dnsperf >/dev/null; }; }
+	@command -v dnsperf >/dev/null && command -v valgrind >/dev/null || { echo "installing dnsperf and valgrind (Debian)"; \
+		$(SUDO) apt-get install -y dnsperf valgrind >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get update >/dev/null 2>&1 && $(SUDO) apt-get install -y dnsperf valgrind >/dev/null; }; }
 
 # dig: `make run` suggests it (installed best-effort, the demo prints its own answers); `make test`
 # needs it (TestClientRankedAnswers sends from a Node's address with dig -b).

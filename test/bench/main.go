@@ -49,7 +49,7 @@ func main() {
 	flag.IntVar(&o.services, "services", 2000, "global services in the scale test's point with per-pod mirrors (x 4 clusters x 3 endpoints)")
 	flag.IntVar(&o.largeServices, "large-services", 10000, "global services in the scale test's large point, without per-pod mirrors (x 4 clusters x 3 endpoints; 0 skips it)")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "where to write the report")
-	flag.StringVar(&o.only, "only", "", "run only the steps whose names contain this (throughput, programming, scale, micro)")
+	flag.StringVar(&o.only, "only", "", "run only the steps whose names contain this (throughput, ranked, programming, scale, micro)")
 	flag.Func("coredns-env", "KEY=VALUE added to the scale step's coredns environment (repeatable)", func(v string) error {
 		o.corednsEnv = append(o.corednsEnv, v)
 		return nil
@@ -85,7 +85,9 @@ func run(ctx context.Context, o options) error {
 		noControlPlane bool
 	}{
 		{"micro: Go benchmarks", micro, true},
+		{"baseline: the plain names against " + baselineCommit, baseline, true},
 		{"throughput: queries per second and latency", throughput, false},
+		{"ranked: answers ranked from the client, and zonal names", ranked, false},
 		{"programming: change to answer, and writer cost", programming, false},
 		{"scale: memory and time to ready", scale, false},
 	} {

@@ -766,9 +766,23 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 	r.goal("ServeDNS, SRV of a service of 10,000 endpoints over UDP (median of 3)", "≤ 10× the SRV above",
 		fmt.Sprintf("%s ns (%s×), %s allocs", median("BenchmarkServeDNS/srv-10000", "ns/op"),
 			ratio(median("BenchmarkServeDNS/srv-10000", "ns/op"), median("BenchmarkServeDNS/srv", "ns/op")), median("BenchmarkServeDNS/srv-10000", "allocs/op")))
-	r.goal("ServeDNS, a name ranked from the client's node (6 A records over 5 client tiers; median of 3)", "≤ 2.5× the service name and ≤ 4 allocs",
+	// Issue 39 asked 0.6 µs; a session lowered it to 2.5× the service name with no run behind
+	// either; issue 46 asks 1.3×. All are kept.
+	r.goal("ServeDNS, a name ranked from the client's node (6 A records over 5 client tiers; median of 3)", "≤ 0.6 µs; ≤ 1.3× the service name and ≤ 4 allocs",
 		fmt.Sprintf("%s ns (%s× the service name), %s allocs", median("BenchmarkServeDNS/client", "ns/op"),
 			ratio(median("BenchmarkServeDNS/client", "ns/op"), median("BenchmarkServeDNS/service", "ns/op")), median("BenchmarkServeDNS/client", "allocs/op")))
+	bySize := func(kind string) string {
+		var out []string
+		for _, n := range []string{"10", "10000"} {
+			out = append(out, fmt.Sprintf("%s: %s ns (%s× service-%s), %s allocs", n, median("BenchmarkServeDNS/"+kind+"-"+n, "ns/op"),
+				ratio(median("BenchmarkServeDNS/"+kind+"-"+n, "ns/op"), median("BenchmarkServeDNS/service-"+n, "ns/op")), n,
+				median("BenchmarkServeDNS/"+kind+"-"+n, "allocs/op")))
+		}
+		return strings.Join(out, "; ") + fmt.Sprintf("; 10,000 / 10: %s×", ratio(median("BenchmarkServeDNS/"+kind+"-10000", "ns/op"), median("BenchmarkServeDNS/"+kind+"-10", "ns/op")))
+	}
+	r.goal("ServeDNS ranked from a node, a service of 10 and of 10,000 endpoints over 3 zones (median of 3)",
+		"≤ 1.3× the service name and ≤ 4 allocs at each; 10,000 within 1.5× of 10", bySize("client"))
+	r.goal("ServeDNS of a zonal name, the same services (median of 3)", "≤ 4 allocs; 10,000 within 1.5× of 10", bySize("zonal"))
 	publish := func(out []string, changing, unit string) string {
 		var vs []string
 		for _, n := range []string{"1000", "10000", "100000"} {

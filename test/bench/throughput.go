@@ -159,13 +159,14 @@ func dnsperfArgs(addr string, pc perfCase, path string) []string {
 	return []string{"-s", host, "-p", port, "-d", path, "-m", pc.proto, "-e", "-c", "20", "-T", "2", "-q", "200"}
 }
 
-// dnsperfRun measures the most queries per second, and their mean latency.
-func dnsperfRun(ctx context.Context, o options, addr string, pc perfCase) (qps, mean float64, err error) {
+// dnsperfRun measures the most queries per second, and their mean latency; more are dnsperf's
+// flags besides the usual ones.
+func dnsperfRun(ctx context.Context, o options, addr string, pc perfCase, more ...string) (qps, mean float64, err error) {
 	path, err := queryFile(o, pc)
 	if err != nil {
 		return 0, 0, err
 	}
-	args := append(dnsperfArgs(addr, pc, path), "-l", strconv.Itoa(int(o.duration.Seconds())))
+	args := append(append(dnsperfArgs(addr, pc, path), "-l", strconv.Itoa(int(o.duration.Seconds()))), more...)
 	out, err := exec.CommandContext(ctx, "dnsperf", args...).CombinedOutput()
 	if err != nil {
 		return 0, 0, fmt.Errorf("dnsperf %v: %v\n%s", args, err, out)
