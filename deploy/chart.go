@@ -23,6 +23,19 @@ func Chart() fs.FS {
 	return sub
 }
 
+// ChartFiles returns deploy/chart's files by path (relative to the chart), as they are.
+func ChartFiles() (map[string][]byte, error) {
+	files := map[string][]byte{}
+	err := fs.WalkDir(Chart(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		files[p], err = fs.ReadFile(Chart(), p)
+		return err
+	})
+	return files, err
+}
+
 // The lines of Chart.yaml and values.yaml a build sets.
 var (
 	chartVersion    = regexp.MustCompile(`(?m)^version: .*$`)
@@ -39,14 +52,7 @@ func BuildChart(version, image string) (map[string][]byte, error) {
 	if !ok || version == "" {
 		return nil, fmt.Errorf("a build's chart needs a version (%q) and an image repository:tag (%q)", version, image)
 	}
-	files := map[string][]byte{}
-	err := fs.WalkDir(Chart(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		files[p], err = fs.ReadFile(Chart(), p)
-		return err
-	})
+	files, err := ChartFiles()
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/globaldns/global/deploy"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
 	"sigs.k8s.io/yaml"
 )
 
@@ -295,11 +294,7 @@ func TestChartKinds(t *testing.T) {
 func TestBuildChart(t *testing.T) {
 	files, err := deploy.BuildChart("1.2.3-4-gabcdef0", "registry.example.com:5000/dns/coredns-global:1.2.3-4-gabcdef0")
 	must(t, err)
-	var buffered []*loader.BufferedFile
-	for name, data := range files {
-		buffered = append(buffered, &loader.BufferedFile{Name: name, Data: data})
-	}
-	c, err := loader.LoadFiles(buffered)
+	c, err := chartOf(files)
 	must(t, err)
 	if c.Metadata.Version != "1.2.3-4-gabcdef0" || c.Metadata.AppVersion != "1.2.3-4-gabcdef0" {
 		t.Errorf("Chart.yaml: version %q, appVersion %q", c.Metadata.Version, c.Metadata.AppVersion)

@@ -105,29 +105,25 @@ func mergeMaps(a, b map[string]any) map[string]any {
 // named its version and image, so that it renders the image of its own commit, the one `make image`
 // built with it; else deploy/chart as it is (a plain `go build`).
 func loadChart() (*chart.Chart, fs.FS, error) {
-	ch := deploy.Chart()
-	files := map[string][]byte{}
-	var err error
+	build := deploy.ChartFiles
 	if image != "" {
-		files, err = deploy.BuildChart(version, image)
-	} else {
-		err = fs.WalkDir(ch, ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			files[p], err = fs.ReadFile(ch, p)
-			return err
-		})
+		build = func() (map[string][]byte, error) { return deploy.BuildChart(version, image) }
 	}
+	files, err := build()
 	if err != nil {
 		return nil, nil, err
 	}
+	c, err := chartOf(files)
+	return c, deploy.Chart(), err
+}
+
+// chartOf loads a chart from its files, by path.
+func chartOf(files map[string][]byte) (*chart.Chart, error) {
 	var buffered []*loader.BufferedFile
 	for name, data := range files {
 		buffered = append(buffered, &loader.BufferedFile{Name: name, Data: data})
 	}
-	c, err := loader.LoadFiles(buffered)
-	return c, ch, err
+	return loader.LoadFiles(buffered)
 }
 
 // manifest is one rendered object, its text as the chart wrote it (comments kept).
