@@ -61,7 +61,10 @@ all: build
 
 help:
 	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global) and bin/linkerd-global (the Linkerd extension CLI)"
+	@echo "make version       print this build's version ($(VERSION)), which names its image"
 	@echo "make image         build $(IMAGE) for linux/amd64 and linux/arm64 into bin/coredns-global.oci.tar"
+	@echo "make release       write the release of this build into $(RELEASE_DIR) (docs/releasing.md)"
+	@echo "make test-k8s K8S=1.30.14  run the integration suite against another Kubernetes release's control plane"
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
 	@echo "make test          vet, unit and integration tests (builds the control plane, Helm and promtool once)"
 	@echo "make fuzz          run every fuzz target for FUZZTIME (default $(FUZZTIME)) each"
