@@ -2,6 +2,7 @@ package global
 
 import (
 	"math"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,32 @@ func firstOf(args []string) string {
 		return ""
 	}
 	return args[0]
+}
+
+// networksArg parses a list of networks: address prefixes (10.0.0.0/8, fd00::/8) or addresses.
+func networksArg(c *caddy.Controller, opt string, args []string) (networks, error) {
+	if len(args) == 0 {
+		return nil, c.ArgErr()
+	}
+	ns := make(networks, 0, len(args))
+	for _, a := range args {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(a)
+			if aerr != nil || addr.Zone() != "" {
+				return nil, c.Errf("%s: %q is not a network (an address or a prefix such as 10.0.0.0/8)", opt, a)
+			}
+			p = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		if p != p.Masked() {
+			return nil, c.Errf("%s: %q has bits set past its length: %s", opt, a, p.Masked())
+		}
+		if slices.Contains(ns, p) {
+			return nil, c.Errf("%s lists %q twice", opt, a)
+		}
+		ns = append(ns, p)
+	}
+	return ns, nil
 }
 
 // namesArg parses a list of namespace names.

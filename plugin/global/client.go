@@ -36,8 +36,8 @@ type locator interface {
 	Forwarder(a netip.Addr) bool
 }
 
-// whoAsks learns who asks query r, received on w: from its ECS option, else from its source
-// address (unless a forwarder's). It returns the ECS option of the reply, when client_locality
+// whoAsks learns who asks query r, received on w: from its ECS option when a forwarder (or a
+// source of client_ecs_from) sent it, else from its source address (unless a forwarder's). It returns the ECS option of the reply, when client_locality
 // has ecs and the query carries one: with the scope the answer depends on (RFC 7871 7.2.1), so
 // that caches honouring ECS keep it apart. Without client_locality it does nothing.
 func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
@@ -45,7 +45,15 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 		return q, nil
 	}
 	q.learned = sourceNone
-	if g.sources.ecs {
+	src, ok := remoteAddr(w)
+	if !ok {
+		return q, nil
+	}
+	forwarder := g.locator.Forwarder(src)
+	// The option is a claim of who asks: taken only from those trusted to make it (a forwarder
+	// setting it to its client's address, or client_ecs_from), else anyone could be answered as
+	// any node, and could learn where every address runs.
+	if g.sources.ecs && (forwarder || g.ecsFrom.has(src)) {
 		if ecs = subnetOf(r); ecs != nil {
 			// Until known, the answer holds for the address the client gave, no wider.
 			reply := *ecs
@@ -59,8 +67,7 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 			ecs = &reply
 		}
 	}
-	src, ok := remoteAddr(w)
-	if !ok || g.locator.Forwarder(src) {
+	if forwarder {
 		return q, ecs
 	}
 	if g.sources.node {
@@ -74,6 +81,19 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 		}
 	}
 	return q, ecs
+}
+
+// networks are address prefixes an option trusts (client_ecs_from, explain_from).
+type networks []netip.Prefix
+
+// has reports whether a is in one of ns.
+func (ns networks) has(a netip.Addr) bool {
+	for _, p := range ns {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // locate finds the client of an ECS prefix: a Node's address, else a Pod's, with the prefix

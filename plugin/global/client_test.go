@@ -161,6 +161,10 @@ func TestClientRankedAnswers(t *testing.T) {
 		{"a forwarder with ECS of n1's pod CIDR", "10.1.9.9", "10.244.1.0/24", fromN1, 24},
 		{"a forwarder with ECS of node n3", "10.1.9.9", "10.1.0.3/32", fromN3, 32},
 		{"a forwarder with ECS of no client", "10.1.9.9", "10.9.0.0/16", cluster, 16},
+		// The option from anyone else is ignored, not echoed: the source decides.
+		{"a pod on n3 with ECS of node n1", "10.244.3.7", "10.1.0.1/32", fromN3, -1},
+		{"node n3 with ECS of n1's pod CIDR", "10.1.0.3", "10.244.1.0/24", fromN3, -1},
+		{"no source with ECS of node n1", "10.7.7.7", "10.1.0.1/32", cluster, -1},
 	} {
 		m := ask(t, g, tc.from, tc.ecs, name, dns.TypeA)
 		if got := answered(m); !slices.Equal(got, tc.want) || scope(m) != tc.scope {
@@ -175,6 +179,12 @@ func TestClientRankedAnswers(t *testing.T) {
 		if a, b := pack(t, m), pack(t, want); !slices.Equal(a, b) {
 			t.Errorf("%s: the cluster's view differs from the plugin's without client_locality:\n%v\n%v", tc.what, m, want)
 		}
+	}
+	// client_ecs_from trusts more sources with the option.
+	trusting := zonedGlobal(t, clientSources{ecs: true, node: true})
+	trusting.ecsFrom = networks{netip.MustParsePrefix("10.7.0.0/16")}
+	if m := ask(t, trusting, "10.7.7.7", "10.1.0.1/32", name, dns.TypeA); !slices.Equal(answered(m), fromN1) || scope(m) != 32 {
+		t.Errorf("ECS from a network of client_ecs_from: %q scope %d", answered(m), scope(m))
 	}
 	// A source not enabled is not asked.
 	nodeOnly := zonedGlobal(t, clientSources{node: true})
@@ -234,6 +244,22 @@ func TestExplainClient(t *testing.T) {
 	g.ServeDNS(context.Background(), rec, m)
 	if got := txts(t, rec.Msg); !strings.HasSuffix(got[0], " client=unknown") {
 		t.Errorf("unknown client: %q", got[0])
+	}
+}
+
+// explain_from limits who may ask for explanations: others are refused, as with explain off.
+func TestExplainFrom(t *testing.T) {
+	g := zonedGlobal(t, clientSources{})
+	g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
+	m := new(dns.Msg)
+	m.SetQuestion("global.", dns.TypeTXT)
+	m.Question[0].Qclass = dns.ClassCHAOS
+	for from, want := range map[string]int{"127.0.0.1": dns.RcodeSuccess, "10.1.0.1": dns.RcodeRefused} {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from, TCP: true})
+		g.ServeDNS(context.Background(), rec, m)
+		if rec.Msg.Rcode != want || (want == dns.RcodeSuccess) != (len(rec.Msg.Answer) > 0) {
+			t.Errorf("CH TXT global. from %s: %s with %d records, want %s", from, dns.RcodeToString[rec.Msg.Rcode], len(rec.Msg.Answer), dns.RcodeToString[want])
+		}
 	}
 }
 

@@ -117,6 +117,8 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 		g.sources, err = parseClientSources(c, args)
 	case "client_forwarders":
 		g.forwarders, err = parseForwarders(c, args)
+	case "client_ecs_from":
+		g.ecsFrom, err = networksArg(c, opt, args)
 	case "ttl":
 		g.ttl, err = intArg[uint32](c, opt, args, 0, 3600)
 	case "fallthrough":
@@ -133,6 +135,8 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 		g.rotate, err = onOff(c, opt, args)
 	case "explain":
 		g.explain, err = onOff(c, opt, args)
+	case "explain_from":
+		g.explainFrom, err = networksArg(c, opt, args)
 	default:
 		return g.parseAPIOption(c, opt, args)
 	}
@@ -183,6 +187,9 @@ func (g *Global) check(c *caddy.Controller) error {
 	}
 	if g.forwarders != nil && g.sources == (clientSources{}) {
 		return c.Errf("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
+	}
+	if g.ecsFrom != nil && !g.sources.ecs {
+		return c.Errf("client_ecs_from needs client_locality ecs: it says whose ECS option is taken")
 	}
 	if g.writerConfig.GCOwner != nil && !g.endpointSlices {
 		return c.Errf("owner needs the writer: it cannot be set with endpointslices off")

@@ -31,7 +31,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	m := newReply(r)
 	m.Authoritative = true
 	snap := g.index.Snapshot()
-	chaos := state.QClass() == dns.ClassCHAOS && g.explain
+	chaos := state.QClass() == dns.ClassCHAOS && g.explain && g.mayExplain(w)
 	final := false // an answer fallthrough must not pass on
 	q, ecs := g.whoAsks(w, r)
 
@@ -73,8 +73,37 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	if !final && m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
 		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
 	}
+	if chaos {
+		limitAmplification(&state, m)
+	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// maxAmplification is how many times the query's size an explanation over UDP may be: an
+// explanation is long, and a spoofed source would turn it on a victim (RFC 5358).
+const maxAmplification = 3
+
+// mayExplain reports whether the query's source may ask for explanations (explain_from).
+func (g *Global) mayExplain(w dns.ResponseWriter) bool {
+	if g.explainFrom == nil {
+		return true
+	}
+	a, ok := remoteAddr(w)
+	return ok && g.explainFrom.has(a)
+}
+
+// limitAmplification leaves m, over UDP, no larger than maxAmplification times the query: larger,
+// it is truncated, without records (TC), and the client asks again over TCP (dig does by itself).
+func limitAmplification(state *request.Request, m *dns.Msg) {
+	if state.Proto() != "udp" || m.Len() <= maxAmplification*state.Req.Len() {
+		return
+	}
+	m.Answer, m.Ns = nil, nil
+	m.Truncated = true
+	if o := m.IsEdns0(); o != nil && m.Len() > maxAmplification*state.Req.Len() {
+		o.Option = nil // an Extended DNS Error's text, told again over TCP
+	}
 }
 
 // unsynced makes m the answer of a name below the apex before the first sync.

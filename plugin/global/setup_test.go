@@ -1,6 +1,7 @@
 package global
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,7 +68,12 @@ func TestParse(t *testing.T) {
 		g.writerConfig.GCOwner == nil || *g.writerConfig.GCOwner != (writer.GCOwner{Resource: "clusterroles.rbac.authorization.k8s.io", Name: "system:coredns-global"}) {
 		t.Errorf("owner: %+v, %v", g.writerConfig.GCOwner, err)
 	}
-	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil {
+	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
+	if err != nil || fmt.Sprint(g.ecsFrom) != "[10.0.0.0/8 fd00::1/128]" || fmt.Sprint(g.explainFrom) != "[127.0.0.1/32 ::1/128]" {
+		t.Errorf("client_ecs_from, explain_from: %v %v, %v", g.ecsFrom, g.explainFrom, err)
+	}
+	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
+		g.ecsFrom != nil || g.explainFrom != nil {
 		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
@@ -240,6 +246,11 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n client_locality node node\n}", "client_locality lists node twice"},
 		{"global {\n client_forwarders kube-system/kube-dns\n}", "client_forwarders needs client_locality"},
 		{"global {\n client_locality ecs\n client_forwarders kube-dns\n}", `client_forwarders: "kube-dns" is not a Service's <namespace>/<name>`},
+		{"global {\n client_locality node\n client_ecs_from 10.0.0.0/8\n}", "client_ecs_from needs client_locality ecs"},
+		{"global {\n client_locality ecs\n client_ecs_from\n}", "Wrong argument count"},
+		{"global {\n explain_from 10.0.0.1/8\n}", `explain_from: "10.0.0.1/8" has bits set past its length: 10.0.0.0/8`},
+		{"global {\n explain_from kube-system\n}", `explain_from: "kube-system" is not a network`},
+		{"global {\n explain_from 10.0.0.0/8 10.0.0.0/8\n}", `explain_from lists "10.0.0.0/8" twice`},
 		{"global {\n topology hostname zone hostname\n}", "topology lists kubernetes.io/hostname twice"},
 	} {
 		_, err := parse(caddy.NewTestController("dns", tc.corefile))

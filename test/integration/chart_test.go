@@ -441,7 +441,8 @@ func TestChartInstall(t *testing.T) {
 	must(t, err)
 	upgrade := append([]string{"upgrade"}, install[1:]...)
 	notes = harness.RunHelm(t, h["helm4"], cp, upgrade...)
-	if !strings.Contains(notes, "global:53 {\n        cache\n        forward . "+svc.Spec.ClusterIP+"\n") || !strings.Contains(notes, "dig @"+svc.Spec.ClusterIP+" CH TXT global") {
+	if !strings.Contains(notes, "global:53 {\n        cache\n        forward . "+svc.Spec.ClusterIP+"\n") || !strings.Contains(notes, "dig @"+svc.Spec.ClusterIP+" <svc>.<namespace>.global") ||
+		!strings.Contains(notes, "port-forward deploy/coredns-global 5353 &\n    dig @127.0.0.1 -p 5353 +tcp CH TXT global") {
 		t.Errorf("upgrade notes (service %s):\n%s", svc.Spec.ClusterIP, notes)
 	}
 	replicas := startRelease(t, cp, "coredns-global", "coredns-global", 2)

@@ -40,10 +40,22 @@ func explanation(t *testing.T, c *harness.CoreDNS, proto, qname string) ([]strin
 }
 
 // explains checks that qname's explanation has rcode and, for each of want, a line containing it
-// (the first of want in the first line), over UDP and TCP.
+// (the first of want in the first line), over UDP and TCP. Over UDP, an explanation more than 3
+// times the query's size may come truncated, without records, as dig then asks over TCP.
 func explains(t *testing.T, c *harness.CoreDNS, qname string, rcode int, want ...string) error {
 	t.Helper()
 	for _, proto := range []string{"udp", "tcp"} {
+		if proto == "udp" {
+			if r := askCH(t, c, proto, qname, 4096); r.Truncated {
+				if err := noAmplification(qname, r); err != nil {
+					return err
+				}
+				if r.Rcode != rcode {
+					return fmt.Errorf("%s over udp: %s, want %s", qname, dns.RcodeToString[r.Rcode], dns.RcodeToString[rcode])
+				}
+				continue
+			}
+		}
 		lines, got := explanation(t, c, proto, qname)
 		if got != rcode {
 			return fmt.Errorf("%s over %s: %s, want %s: %q", qname, proto, dns.RcodeToString[got], dns.RcodeToString[rcode], lines)
@@ -53,6 +65,18 @@ func explains(t *testing.T, c *harness.CoreDNS, qname string, rcode int, want ..
 				return fmt.Errorf("%s over %s: no line with %q in\n%s", qname, proto, w, strings.Join(lines, "\n"))
 			}
 		}
+	}
+	return nil
+}
+
+// noAmplification checks that r, an explanation of qname over UDP, is truncated without records
+// and at most 3 times the size of its query (askCH's, with EDNS).
+func noAmplification(qname string, r *dns.Msg) error {
+	q := new(dns.Msg)
+	q.SetQuestion(dns.Fqdn(qname), dns.TypeTXT)
+	q.SetEdns0(4096, false)
+	if !r.Truncated || len(r.Answer)+len(r.Ns) > 0 || r.Len() > 3*q.Len() {
+		return fmt.Errorf("%s over UDP: TC %v with %d records in %d bytes, want TC, none and at most %d bytes", qname, r.Truncated, len(r.Answer)+len(r.Ns), r.Len(), 3*q.Len())
 	}
 	return nil
 }
@@ -117,6 +141,22 @@ func TestExplain(t *testing.T) {
 				t.Errorf("%s IN TXT over %s: %s %v", tc.qname, proto, dns.RcodeToString[in.Rcode], in.Answer)
 			}
 		}
+	}
+
+	// Over UDP a long explanation is no amplifier: truncated, without records, at most 3 times the
+	// query; dig asks again over TCP (the checks above read it there).
+	for _, size := range []uint16{512, 1232, 4096} {
+		must(t, noAmplification(fooNS, askCH(t, c, "udp", fooNS, size)))
+	}
+
+	// explain_from: only those sources may ask; others are refused, as with explain off.
+	only := harness.StartCoreDNS(t, cp, strings.Replace(fmt.Sprintf(corefile, ns), "rotate off", "explain_from 127.0.0.2", 1))
+	eventuallyExpect(t, only, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+west.ClusterIPs["foo-1"])
+	if lines, rcode := explanationFrom(t, only, "127.0.0.2", fooNS); rcode != dns.RcodeSuccess || len(lines) == 0 {
+		t.Errorf("explain_from 127.0.0.2, from it: %s %q", dns.RcodeToString[rcode], lines)
+	}
+	if lines, rcode := explanationFrom(t, only, "127.0.0.1", fooNS); rcode != dns.RcodeRefused || len(lines) != 0 {
+		t.Errorf("explain_from 127.0.0.2, from 127.0.0.1: %s %q", dns.RcodeToString[rcode], lines)
 	}
 
 	// explain off: CH is refused, as CoreDNS refuses it without a plugin that opens it.

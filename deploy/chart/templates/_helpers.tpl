@@ -98,6 +98,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- with .Values.clientLocality.forwarders }}
         client_forwarders {{ join " " . }}
 {{- end }}
+{{- with .Values.clientLocality.ecsFrom }}
+        client_ecs_from {{ join " " . }}
+{{- end }}
+{{- with .Values.explain.from }}
+        # Explanations (dig CH TXT) to these sources only: linkerd global reaches a replica
+        # through a port-forward, from the pod's loopback.
+        explain_from {{ join " " . }}
+{{- end }}
 {{- if not .Values.writer.enabled }}
         endpointslices off
 {{- else }}

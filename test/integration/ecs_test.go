@@ -1,0 +1,101 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"testing"
+
+	"github.com/globaldns/global/test/harness"
+
+	"github.com/miekg/dns"
+)
+
+// ecsCorefile is the plugin with every client source, listening also on the forwarder's address,
+// so that a CoreDNS forwarding to it there sends from that address.
+const ecsCorefile = `global:{{.Port}} {
+    bind 127.0.0.1 %[2]s
+    global {
+        kubeconfig {{.Kubeconfig}}
+        namespaces %[1]s
+        endpointslices off
+        rotate off
+        cluster east
+        client_locality ecs node pod
+        client_forwarders %[1]s/kube-dns
+    }
+}
+`
+
+// ecsForwarder is docs/install.md's forwarding block for client_locality ecs: the option set to
+// the client's address (replacing any the client sent), no cache.
+const ecsForwarder = `global:{{.Port}} {
+    bind 127.0.0.1
+    rewrite edns0 subnet set 32 128
+    forward . %s
+}
+`
+
+// TestECSFromForwardersOnly: the ECS option is a claim of who asks, taken from the forwarders
+// only. A pod on node c sending one that names a pod of node a is answered from its own node, and
+// given no option back; the forwarder's option is taken. Through a real CoreDNS forwarding as
+// docs/install.md configures it for ECS, the pod's claim is replaced by its own address: it is
+// answered from node c, and a client on node a, asking next, from node a.
+func TestECSFromForwardersOnly(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	base := fmt.Sprintf("127.62.%d.", 1+rand.IntN(250))
+	nodeA, nodeC, appPod := base+"2", base+"4", base+"20"
+	fwd := hostAddr(t)
+	for _, n := range []harness.Node{
+		{Name: ns + "-a", Zone: "za", Region: "r1", Addresses: []string{nodeA}, PodCIDRs: []string{"10.62.1.0/24"}},
+		{Name: ns + "-c", Zone: "zb", Region: "r1", Addresses: []string{nodeC}, PodCIDRs: []string{"10.62.3.0/24"}},
+	} {
+		must(t, harness.CreateNode(ctx, client(), n))
+	}
+	zz := harness.StatefulSet{Namespace: ns, Service: "zz", Ports: dbPorts, Pods: []harness.Pod{
+		{Name: "zz-0", Node: ns + "-a", IP: "10.62.1.10", Ready: true},
+		{Name: "zz-2", Node: ns + "-c", IP: "10.62.3.10", Ready: true},
+	}}
+	must(t, harness.CreateStatefulSet(ctx, client(), zz))
+	must(t, harness.CreatePod(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "app"}, harness.Pod{Name: "app-0", Node: ns + "-c", IP: appPod, Ready: true}))
+	createForwarder(t, ns, fwd)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsCorefile, ns, fwd))
+	_, port, err := net.SplitHostPort(c.Addr)
+	must(t, err)
+	front := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsForwarder, net.JoinHostPort(fwd, port)))
+
+	name := "zz." + ns + ".global."
+	fromA, fromC := []string{"10.62.1.10", "10.62.3.10"}, []string{"10.62.3.10", "10.62.1.10"}
+	answers := func(at *harness.CoreDNS, from, ecs string, want []string, scope int) func() error {
+		return func() error {
+			for _, proto := range []string{"udp", "tcp"} {
+				r, err := askFrom(at, proto, from, ecs, name, dns.TypeA)
+				if err != nil {
+					return err
+				}
+				if got := aRecords(r); !slices.Equal(got, want) || scope != noScope && ecsScope(r) != scope {
+					return fmt.Errorf("%s from %s (ECS %q) over %s at %s: %q scope %d, want %q scope %d", name, from, ecs, proto, at.Addr, got, ecsScope(r), want, scope)
+				}
+			}
+			return nil
+		}
+	}
+	eventually(t, "the pod on node c, from its node", answers(c, appPod, "", fromC, -1))
+	// A pod claiming to ask for a pod of node a, or for node a itself: not a forwarder, ignored.
+	must(t, answers(c, appPod, "10.62.1.10/32", fromC, -1)())
+	must(t, answers(c, appPod, nodeA+"/32", fromC, -1)())
+	must(t, answers(c, nodeC, "10.62.1.0/24", fromC, -1)())
+	must(t, answers(c, "127.0.0.1", "10.62.3.10/32", fromA, -1)()) // the cluster's view
+	// The forwarder's option is taken: it says who its client is.
+	must(t, answers(c, fwd, "10.62.3.10/32", fromC, 32)())
+	// Through the forwarder, whatever the client claims, it is answered as itself.
+	eventually(t, "the pod on node c, through the forwarder", answers(front, appPod, "10.62.1.10/32", fromC, noScope))
+	must(t, answers(front, nodeA, "10.62.3.10/32", fromA, noScope)())
+	must(t, answers(front, appPod, "", fromC, noScope)())
+}
+
+// noScope: the reply's ECS option is not checked (the forwarder's rewrite decides what it returns).
+const noScope = -2
