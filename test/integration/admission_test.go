@@ -23,13 +23,28 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// writerUser is who bin/coredns is in these tests: a static token user named as deploy/base's
-// ServiceAccount, in system:masters. RBAC lets it do anything; what limits it is deploy/base's
-// admission policy, which TestMain installs, as it limits the ServiceAccount in a cluster. The
-// tests' fixtures are written by the admin, whom the policy does not match.
+// writerUser is deploy/base's ServiceAccount, whom its admission policy (installed by TestMain)
+// limits; TestWriterPolicy writes as it.
 const writerUser = "system:serviceaccount:coredns-global:coredns-global"
 
 var writer = harness.Token{Token: randomToken(), User: writerUser, Groups: []string{"system:masters"}}
+
+// suiteWriter is who bin/coredns is in these tests: a static token user in system:masters. RBAC
+// lets it do anything; what limits it is suitePolicy, deploy/base's admission policy but for whom
+// it matches and which globaldns.io/writer it pins: each test writes under a lease of its own, so
+// any lease's (TestWriterPolicy checks the pin itself). The tests' fixtures are written by the
+// admin, whom no policy matches.
+var suiteWriter = harness.Token{Token: randomToken(), User: "system:serviceaccount:coredns-global:suite-writer", Groups: []string{"system:masters"}}
+
+// suitePolicy is deploy/base's rendered policy and binding made suiteWriter's.
+func suitePolicy(rendered string) string {
+	return strings.NewReplacer(
+		"name: coredns-global-write", "name: coredns-global-write-suite",
+		"policyName: coredns-global-write", "policyName: coredns-global-write-suite",
+		"'"+writerUser+"'", "'"+suiteWriter.User+"'",
+		`"'^coredns-global[.]coredns-global-writer$'"`, `"'^[a-z0-9-]+[.][a-z0-9-]+$'"`,
+	).Replace(rendered)
+}
 
 // suffixWriters are the writers of the tests of another service_suffix, each a release of the
 // chart of its own with that writer.serviceSuffix (coredns-global-a for -a): the shipped policy
@@ -62,26 +77,45 @@ func installWriterPolicy(ctx context.Context, cp *harness.ControlPlane) error {
 	if err != nil {
 		return err
 	}
-	return installPolicy(ctx, cp, rendered, writer.Token, "coredns-global-write")
+	if rendered, err = admissionDocs(rendered); err != nil {
+		return err
+	}
+	suite := suitePolicy(rendered)
+	if suite == rendered || strings.Count(suite, "-suite") != 3 || strings.Contains(suite, "coredns-global-writer$") {
+		return fmt.Errorf("deploy/base's policy is not as suitePolicy expects it:\n%s", rendered)
+	}
+	if err := installPolicy(ctx, cp, rendered, writer.Token, "coredns-global-write"); err != nil {
+		return err
+	}
+	return installPolicy(ctx, cp, suite, suiteWriter.Token, "coredns-global-write-suite")
 }
 
-// installPolicy applies the admission policies and bindings of the rendered objects to cp, and
-// waits until policy (its name) denies the user of token a Service of no writer.
-func installPolicy(ctx context.Context, cp *harness.ControlPlane, rendered, token, policy string) error {
+// admissionDocs returns the admission policy and its binding of the rendered objects.
+func admissionDocs(rendered string) (string, error) {
 	var docs []string
 	for _, doc := range strings.Split(rendered, "\n---\n") {
 		var head struct{ Kind string }
 		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-			return err
+			return "", err
 		}
 		if strings.HasPrefix(head.Kind, "ValidatingAdmissionPolicy") {
 			docs = append(docs, doc)
 		}
 	}
 	if len(docs) != 2 {
-		return fmt.Errorf("%d admission policies and bindings rendered, want 2:\n%s", len(docs), rendered)
+		return "", fmt.Errorf("%d admission policies and bindings rendered, want 2:\n%s", len(docs), rendered)
 	}
-	if _, err := harness.TryKubectl(cp, strings.Join(docs, "\n---\n"), "apply", "--server-side", "-f", "-"); err != nil {
+	return strings.Join(docs, "\n---\n"), nil
+}
+
+// installPolicy applies the admission policy and binding of the rendered objects to cp, and
+// waits until policy (its name) denies the user of token a Service of no writer.
+func installPolicy(ctx context.Context, cp *harness.ControlPlane, rendered, token, policy string) error {
+	docs, err := admissionDocs(rendered)
+	if err != nil {
+		return err
+	}
+	if _, err := harness.TryKubectl(cp, docs, "apply", "--server-side", "-f", "-"); err != nil {
 		return err
 	}
 	cfg := rest.CopyConfig(cp.Config)
@@ -146,6 +180,14 @@ func ourLabels(svc string, more ...string) map[string]string {
 	return l
 }
 
+// event is an Event of type and reason on Service ns/svc, from coredns-global, as the writer's
+// recorder makes them.
+func event(ns, name, typ, reason, svc string) *corev1.Event {
+	return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name}, Type: typ, Reason: reason, Message: "m",
+		Source:         corev1.EventSource{Component: "coredns-global"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: svc}}
+}
+
 // TestWriterPolicy: deploy/base's admission policy (installed by TestMain) lets its ServiceAccount,
 // impersonated here in system:masters so that RBAC allows everything, write nothing but what the
 // writer writes: each foreign or misshapen write is denied with the policy's message, our own
@@ -193,7 +235,22 @@ func TestWriterPolicy(t *testing.T) {
 		selector = "coredns-global writes only Services without a selector or externalIPs"
 		name     = "coredns-global writes only the Service <svc>-global of global service <svc>"
 		slices   = "coredns-global writes only EndpointSlices managed by global.globaldns.io"
+		unrouted = "coredns-global writes only EndpointSlices labelled service.kubernetes.io/headless"
+		mirrors  = "coredns-global writes no mirror.linkerd.io/ label or annotation"
+		events   = "coredns-global writes only Warning Events GlobalServiceConflict of its own"
 	)
+	// A tenant's ordinary ClusterIP Service named as a global service's written one, and another
+	// release's Service (another lease, so another globaldns.io/writer).
+	_, err = admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "checkout-global"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "checkout"}, Ports: port}}, metav1.CreateOptions{})
+	must(t, err)
+	otherRelease := ourLabels("bar", "globaldns.io/writer", "coredns-global.other-writer")
+	_, err = admin.CoreV1().Services(ns).Create(ctx, headless("bar-global", otherRelease), metav1.CreateOptions{})
+	must(t, err)
+	ourSlice := func(name, svc string, more ...string) *discoveryv1.EndpointSlice {
+		return slice(name, ourLabels(svc, append([]string{discoveryv1.LabelServiceName, svc + "-global",
+			discoveryv1.LabelManagedBy, "global.globaldns.io", corev1.IsHeadlessService, ""}, more...)...))
+	}
 	svcs, eps := sa.CoreV1().Services(ns), sa.DiscoveryV1().EndpointSlices(ns)
 	denied := []struct {
 		what, message string
@@ -263,6 +320,38 @@ func TestWriterPolicy(t *testing.T) {
 			_, err := svcs.Create(ctx, headless("kube-dns", ourLabels("foo")), metav1.CreateOptions{})
 			return err
 		}},
+		{"a slice of a tenant's ClusterIP Service, unlabelled headless: kube-proxy routes it (CVE-2021-25740)", unrouted, func() error {
+			s := ourSlice("checkout-global-west-ipv4-0", "checkout")
+			delete(s.Labels, corev1.IsHeadlessService)
+			_, err := eps.Create(ctx, s, metav1.CreateOptions{})
+			return err
+		}},
+		{"an MCS slice with serviceImports off", slices, func() error {
+			s := ourSlice("foo-mcs-west-ipv4-0", "foo", "multicluster.kubernetes.io/service-name", "foo")
+			delete(s.Labels, discoveryv1.LabelServiceName)
+			_, err := eps.Create(ctx, s, metav1.CreateOptions{})
+			return err
+		}},
+		{"a Service labelled as a Linkerd mirror of target2", mirrors, func() error {
+			_, err := svcs.Create(ctx, headless("zzz-global", ourLabels("zzz", "mirror.linkerd.io/mirrored-service", "true",
+				"mirror.linkerd.io/cluster-name", "target2")), metav1.CreateOptions{})
+			return err
+		}},
+		{"a Service with a mirror annotation", mirrors, func() error {
+			s := headless("foo-global", ourLabels("foo"))
+			s.Annotations = map[string]string{"mirror.linkerd.io/remote-svc-fq-name": "foo.db.svc.cluster.local"}
+			_, err := svcs.Create(ctx, s, metav1.CreateOptions{})
+			return err
+		}},
+		{"an Event that is not its conflict warning", events, func() error {
+			_, err := sa.CoreV1().Events(ns).Create(ctx, event(ns, "pwned", "Normal", "Pulled", foreign.Name), metav1.CreateOptions{})
+			return err
+		}},
+		{"the deletion of another release's Service", own, func() error { return svcs.Delete(ctx, "bar-global", metav1.DeleteOptions{}) }},
+		{"a Service of another release's writer", own, func() error {
+			_, err := svcs.Create(ctx, headless("foo-global", ourLabels("foo", "globaldns.io/writer", "coredns-global.other-writer")), metav1.CreateOptions{})
+			return err
+		}},
 	}
 	for _, c := range denied {
 		err := c.write()
@@ -282,19 +371,22 @@ func TestWriterPolicy(t *testing.T) {
 	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9187, Protocol: corev1.ProtocolTCP})
 	_, err = svcs.Update(ctx, svc, metav1.UpdateOptions{})
 	must(t, err)
-	global, err := eps.Create(ctx, slice("foo-global-west-ipv4-0", ourLabels("foo", discoveryv1.LabelServiceName, "foo-global",
-		discoveryv1.LabelManagedBy, "global.globaldns.io", "globaldns.io/source-cluster", "west")), metav1.CreateOptions{})
+	global, err := eps.Create(ctx, ourSlice("foo-global-west-ipv4-0", "foo", "globaldns.io/source-cluster", "west"), metav1.CreateOptions{})
 	must(t, err)
 	global.Endpoints[0].Hostname = ptr.To("foo-0-west")
 	_, err = eps.Update(ctx, global, metav1.UpdateOptions{})
 	must(t, err)
-	_, err = eps.Create(ctx, slice("foo-mcs-west-ipv4-0", ourLabels("foo", "multicluster.kubernetes.io/service-name", "foo",
-		discoveryv1.LabelManagedBy, "global.globaldns.io")), metav1.CreateOptions{})
+	must(t, eps.Delete(ctx, "foo-global-west-ipv4-0", metav1.DeleteOptions{}))
+	// An MCS slice it wrote with serviceImports on, deleted once it is off.
+	mcsSlice := ourSlice("foo-mcs-west-ipv4-0", "foo", "multicluster.kubernetes.io/service-name", "foo")
+	delete(mcsSlice.Labels, discoveryv1.LabelServiceName)
+	_, err = admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, mcsSlice, metav1.CreateOptions{})
 	must(t, err)
-	for _, name := range []string{"foo-global-west-ipv4-0", "foo-mcs-west-ipv4-0"} {
-		must(t, eps.Delete(ctx, name, metav1.DeleteOptions{}))
-	}
+	must(t, eps.Delete(ctx, "foo-mcs-west-ipv4-0", metav1.DeleteOptions{}))
 	must(t, svcs.Delete(ctx, "foo-global", metav1.DeleteOptions{}))
+	// Its warning on a Service in the way of one of its names.
+	_, err = sa.CoreV1().Events(ns).Create(ctx, event(ns, "db-global.conflict", corev1.EventTypeWarning, "GlobalServiceConflict", foreign.Name), metav1.CreateOptions{})
+	must(t, err)
 	_, err = admin.CoreV1().Services(ns).Create(ctx, headless("foo-old", ourLabels("foo")), metav1.CreateOptions{})
 	must(t, err)
 	must(t, svcs.Delete(ctx, "foo-old", metav1.DeleteOptions{}))

@@ -25,7 +25,7 @@ var cp *harness.ControlPlane
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	var err error
-	cp, err = harness.StartControlPlane(ctx, harness.Options{CoreDNSUser: &writer, ExtraTokens: suffixWriterTokens(),
+	cp, err = harness.StartControlPlane(ctx, harness.Options{CoreDNSUser: &suiteWriter, ExtraTokens: append(suffixWriterTokens(), writer),
 		// Which type-checks admission policies: TestWriterPolicy reads its verdict.
 		Controllers: []string{"validatingadmissionpolicy-status-controller"}})
 	if err == nil {

@@ -243,6 +243,18 @@ func TestServiceImports(t *testing.T) {
 		if after := foreignVersions(); !maps.Equal(after, before) {
 			t.Errorf("foreign objects changed: %v, were %v", after, before)
 		}
+		// Off, the policy admits no ServiceImport of ours either, only deletes.
+		eventually(t, "the policy of serviceImports off", func() error {
+			_, err := sa.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
+				ObjectMeta: metav1.ObjectMeta{Name: "foo", Labels: ourLabels("foo")},
+				Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.Headless,
+					Ports: []mcsv1alpha1.ServicePort{{Name: "db", Protocol: corev1.ProtocolTCP, Port: 5432}}},
+			}, metav1.CreateOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "coredns-global writes no ServiceImport without writer.serviceImports") {
+				return fmt.Errorf("the ServiceAccount creates ServiceImport foo: %v", err)
+			}
+			return nil
+		})
 		// The -global objects stay, and so do the MCS names of `names mcs`.
 		if _, err := admin.CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{}); err != nil {
 			t.Error(err)

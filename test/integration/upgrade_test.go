@@ -14,6 +14,7 @@ import (
 
 	"github.com/miekg/dns"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -53,7 +54,8 @@ func thisBuild(t *testing.T) release {
 // throughout, a client sends ~1000 queries a second over UDP and TCP to the ready pods and not one
 // fails; the writer's lease moves between versions and the written objects are never written
 // again (not one resourceVersion changes: the old and the new writer write the same bytes, so no
-// handover deletes, empties or fights over them). Then one replica of each version side by side,
+// handover deletes, empties or fights over them), but for the label this build adds to 0.1.0's
+// slices, once each. Then one replica of each version side by side,
 // each leading in turn, keep them as they are.
 func TestUpgradeRollback(t *testing.T) {
 	own := harness.StartWith(t, harness.Options{Controllers: []string{"deployment", "replicaset"}, Scheduler: true})
@@ -124,6 +126,26 @@ func TestUpgradeRollback(t *testing.T) {
 		}
 		k.pool.await(t, 300)
 		k.pool.check(t, ph.name)
+		if ph.to == cur && !allHeadless(t, own) {
+			// 0.1.0 wrote its slices without service.kubernetes.io/headless, which this build's
+			// writer adds (its admission policy requires it): one update per slice, nothing else.
+			eventually(t, "the slices labelled headless", func() error {
+				if !allHeadless(t, own) {
+					return fmt.Errorf("a written slice without %s", corev1.IsHeadlessService)
+				}
+				return nil
+			})
+			got := writtenVersions(t, own)
+			for k, v := range written {
+				if _, ok := got[k]; !ok || strings.HasPrefix(k, "Service/") && got[k] != v {
+					t.Errorf("%s: %s was deleted or written again (%s, was %s)", ph.name, k, got[k], v)
+				}
+			}
+			if len(got) != len(written) {
+				t.Errorf("%s: the written objects are %v, were %v", ph.name, got, written)
+			}
+			written = got
+		}
 		if got := writtenVersions(t, own); !maps.Equal(got, written) {
 			t.Errorf("%s: the written objects were written again: %v, were %v", ph.name, got, written)
 		}
@@ -251,6 +273,15 @@ func leaderOf(t *testing.T, ps []*podProcess) (*podProcess, error) {
 		return nil, fmt.Errorf("%d leaders among %d replicas", len(leaders), len(ps))
 	}
 	return leaders[0], nil
+}
+
+// allHeadless reports whether every slice the writer wrote is labelled service.kubernetes.io/headless.
+func allHeadless(t *testing.T, cp *harness.ControlPlane) bool {
+	t.Helper()
+	l, err := cp.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(context.Background(),
+		metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global,!" + corev1.IsHeadlessService})
+	must(t, err)
+	return len(l.Items) == 0
 }
 
 // writtenVersions are the resourceVersions of everything the writer wrote (install.md's selector).

@@ -44,6 +44,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- include "coredns-global.fullname" . }}-writer
 {{- end }}
 
+{{/* The writer's globaldns.io/writer label: <lease namespace>.<lease name>, as writer.Owner makes it. */}}
+{{- define "coredns-global.writerLabel" -}}
+{{- printf "%s.%s" .Release.Namespace (include "coredns-global.lease" .) -}}
+{{- end }}
+
+{{/* The writer's globaldns.io/writer as the admission policy matches it: the release's own value;
+writer.Owner shortens a longer one to 54 characters and an FNV hash, which Helm cannot compute. */}}
+{{- define "coredns-global.writerPattern" -}}
+{{- $v := include "coredns-global.writerLabel" . -}}
+{{- if le (len $v) 63 -}}
+^{{ $v | replace "." "[.]" }}$
+{{- else -}}
+^{{ regexReplaceAll "[-.]+$" (trunc 54 $v) "" | replace "." "[.]" }}-[0-9a-f]{8}$
+{{- end -}}
+{{- end }}
+
 {{/* The Corefile. With the default values it is deploy/base's, comments included. */}}
 {{- define "coredns-global.corefile" -}}
 {{- $zones := .Values.zones -}}

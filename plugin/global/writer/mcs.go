@@ -49,6 +49,7 @@ func mcsSet(k index.Key, si *mcsv1alpha1.ServiceImport, owner string) sliceSet {
 	labels := ownLabels(k.Name, owner)
 	labels[discoveryv1.LabelManagedBy] = ControllerName
 	labels[mcsv1alpha1.LabelServiceName] = k.Name
+	labels[corev1.IsHeadlessService] = "" // kube-proxy ignores the slice, as the admission policy requires
 	return sliceSet{
 		namespace: k.Namespace, prefix: k.Name + MCSSuffix, hosts: true, labels: labels,
 		clusterLabels: []string{LabelCluster, mcsv1alpha1.LabelSourceCluster},

@@ -108,6 +108,7 @@ func globalSet(k index.Key, svc *corev1.Service, owner string, mesh meshFunc) sl
 	labels := ownLabels(k.Name, owner)
 	labels[discoveryv1.LabelServiceName] = svc.Name
 	labels[discoveryv1.LabelManagedBy] = ControllerName
+	labels[corev1.IsHeadlessService] = "" // kube-proxy ignores the slice, as the admission policy requires
 	return sliceSet{
 		namespace: svc.Namespace, prefix: svc.Name, labels: labels, clusterLabels: []string{LabelCluster}, mesh: mesh,
 		// The Service controls its slices (the garbage collector deletes them with it). No
