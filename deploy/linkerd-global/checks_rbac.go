@@ -68,8 +68,7 @@ func (c *pluginConfig) needs() []access {
 }
 
 // topologyReads are the optional reads of the topology the Corefile leaves out.
-var topologyReads = append(append(each(nil, "about.k8s.io", "clusterproperties", "list", "watch"),
-	each(nil, "multicluster.linkerd.io", "links", "list", "watch")...), each(nil, "", "nodes", "list", "watch")...)
+var topologyReads = append(each(nil, "about.k8s.io", "clusterproperties", "list", "watch"), each(nil, "", "nodes", "list", "watch")...)
 
 func (hc *healthChecker) checkRBAC(ctx context.Context) error {
 	return hc.mayAll(ctx, hc.in.config.needs())
@@ -77,6 +76,18 @@ func (hc *healthChecker) checkRBAC(ctx context.Context) error {
 
 func (hc *healthChecker) checkTopologyRBAC(ctx context.Context) error {
 	return hc.mayAll(ctx, topologyReads)
+}
+
+// checkLinksRBAC fails where the API serves Links and the plugin may not read them in
+// links_namespace: it then answers no linked cluster's mirror.
+func (hc *healthChecker) checkLinksRBAC(ctx context.Context) error {
+	if err := hc.checkLinkCRD(ctx); err != nil {
+		return nil // no Links to read: every mirror counts (the --pre check warns)
+	}
+	if err := hc.mayAll(ctx, each([]string{hc.in.config.linksNamespace}, "multicluster.linkerd.io", "links", "list", "watch")); err != nil {
+		return fmt.Errorf("%w\nso the replicas answer no linked cluster's mirror: grant the Links read of docs/rbac.md", err)
+	}
+	return nil
 }
 
 // mayAll asks the API server, in a SubjectAccessReview per access, whether the installation's

@@ -17,6 +17,8 @@ const (
 	regionKey            = "topology.kubernetes.io/region"
 	defaultLeaseName     = "coredns-global-writer"
 	defaultLeaseDuration = 15 * time.Second
+	// defaultLinksNamespace is links_namespace's default, Linkerd's multicluster namespace.
+	defaultLinksNamespace = "linkerd-multicluster"
 )
 
 // pluginConfig is what the checks need of the global plugin's Corefile options (plugin/global/README.md).
@@ -25,6 +27,7 @@ type pluginConfig struct {
 	writer         bool     // endpointslices is not off
 	serviceImports bool
 	namespaces     []string // watched (and written) namespaces; none is all
+	linksNamespace string   // links_namespace: where Links count
 	leaseNamespace string   // "" is the pod's
 	leaseName      string
 	leaseDuration  time.Duration
@@ -95,7 +98,7 @@ func globalConfig(name, text string) (*pluginConfig, error) {
 		if len(ds) == 0 {
 			continue
 		}
-		c := &pluginConfig{writer: true, leaseName: defaultLeaseName, leaseDuration: defaultLeaseDuration,
+		c := &pluginConfig{writer: true, leaseName: defaultLeaseName, leaseDuration: defaultLeaseDuration, linksNamespace: defaultLinksNamespace,
 			localities: map[string]map[string]string{}, topology: []string{zoneKey, regionKey}}
 		c.zones = zonesOf(ds[0].args, sb.Keys)
 		for _, line := range ds[0].block {
@@ -135,6 +138,10 @@ func (c *pluginConfig) option(opt string, args []string) error {
 		c.serviceImports = len(args) == 1 && args[0] == "on"
 	case "namespaces":
 		c.namespaces = args
+	case "links_namespace":
+		if len(args) == 1 {
+			c.linksNamespace = args[0]
+		}
 	case "lease":
 		if len(args) != 2 {
 			return fmt.Errorf("want NAMESPACE NAME, have %q", args)

@@ -91,6 +91,14 @@ func networksArg(c *caddy.Controller, opt string, args []string) (networks, erro
 	return ns, nil
 }
 
+// nameArg parses an option's one argument, a namespace name.
+func nameArg(c *caddy.Controller, opt string, args []string) (string, error) {
+	if len(args) != 1 {
+		return "", c.ArgErr()
+	}
+	return args[0], dnsLabel(c, opt, args[0])
+}
+
 // namesArg parses a list of namespace names.
 func namesArg(c *caddy.Controller, opt string, args []string) ([]string, error) {
 	if len(args) == 0 {

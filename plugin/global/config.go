@@ -48,6 +48,7 @@ func defaults(zones []string) *Global {
 		recordMaker:    recordMaker{ttl: defaultTTL, rotate: true},
 		startupTimeout: defaultStartupTimeout,
 		exportSelector: watch.DefaultExportSelector,
+		linksNamespace: watch.DefaultLinksNamespace,
 		endpointSlices: true,
 		writerConfig:   writer.Config{Suffix: writer.DefaultSuffix, MaxEndpoints: writer.DefaultMaxEndpoints, Workers: writerWorkers},
 		election: writer.Election{
@@ -127,6 +128,8 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 		g.startupTimeout, err = durationArg(c, opt, args, false)
 	case "export_selector":
 		g.exportSelector, err = parseSelector(c, args)
+	case "links_namespace":
+		g.linksNamespace, err = nameArg(c, opt, args)
 	case "names":
 		g.mcsZones, err = parseNames(c, args, g.Zones)
 	case "policy":

@@ -33,6 +33,7 @@ type Global struct {
 	Zones          []string        // the zone arguments, or else the server block's (global. for the root)
 	namespaces     []string        // namespaces: the namespaces watched; all when empty
 	exportSelector string          // export_selector
+	linksNamespace string          // links_namespace: Linkerd's multicluster namespace, where Links count
 	corefile       index.Topology  // cluster, locality, topology; the index's is it completed by the cluster's objects
 	selector                       // names, policy, prefer_namespaces: what names select
 	recordMaker                    // ttl, rotate: how answers are made of it

@@ -105,7 +105,7 @@ func (g *Global) topologyWatch(rc *rest.Config, client *kubernetes.Clientset) (*
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return watch.NewTopology(dyn, meta, client.Discovery(), g.corefile.Keys), nil
+	return watch.NewTopology(dyn, meta, client.Discovery(), g.corefile.Keys, g.linksNamespace), nil
 }
 
 // buildWriter builds the EndpointSlice writer and the client of its lease.

@@ -73,7 +73,7 @@ func TestParse(t *testing.T) {
 		t.Errorf("client_ecs_from, explain_from: %v %v, %v", g.ecsFrom, g.explainFrom, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
-		g.ecsFrom != nil || g.explainFrom != nil {
+		g.ecsFrom != nil || g.explainFrom != nil || g.linksNamespace != "linkerd-multicluster" {
 		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
@@ -248,6 +248,8 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n client_locality ecs\n client_forwarders kube-dns\n}", `client_forwarders: "kube-dns" is not a Service's <namespace>/<name>`},
 		{"global {\n client_locality node\n client_ecs_from 10.0.0.0/8\n}", "client_ecs_from needs client_locality ecs"},
 		{"global {\n client_locality ecs\n client_ecs_from\n}", "Wrong argument count"},
+		{"global {\n links_namespace Linkerd\n}", `links_namespace "Linkerd" is not a DNS label`},
+		{"global {\n links_namespace a b\n}", "Wrong argument count"},
 		{"global {\n explain_from 10.0.0.1/8\n}", `explain_from: "10.0.0.1/8" has bits set past its length: 10.0.0.0/8`},
 		{"global {\n explain_from kube-system\n}", `explain_from: "kube-system" is not a network`},
 		{"global {\n explain_from 10.0.0.0/8 10.0.0.0/8\n}", `explain_from lists "10.0.0.0/8" twice`},

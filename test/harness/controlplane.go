@@ -503,6 +503,21 @@ func (cp *ControlPlane) KubeconfigFor(token string) (string, error) {
 	return cp.writeKubeconfig("kubeconfig-"+hex.EncodeToString(sum[:4]), "user", token)
 }
 
+// KubeconfigAs writes a kubeconfig of the admin impersonating user in groups: a user the tests
+// give only the RBAC they mean to.
+func (cp *ControlPlane) KubeconfigAs(user string, groups ...string) (string, error) {
+	path, err := cp.writeKubeconfig("kubeconfig-as-"+strings.NewReplacer(":", "-", "/", "-").Replace(user), "admin", cp.adminToken)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return "", err
+	}
+	cfg.AuthInfos["admin"].Impersonate, cfg.AuthInfos["admin"].ImpersonateGroups = user, groups
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
 // writeKubeconfig writes Dir/name for user authenticating with token.
 func (cp *ControlPlane) writeKubeconfig(name, user, token string) (string, error) {
 	return cp.writeKubeconfigAt(name, user, token, cp.APIServerURL())

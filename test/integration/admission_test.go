@@ -42,7 +42,7 @@ func suitePolicy(rendered string) string {
 		"name: coredns-global-write", "name: coredns-global-write-suite",
 		"policyName: coredns-global-write", "policyName: coredns-global-write-suite",
 		"'"+writerUser+"'", "'"+suiteWriter.User+"'",
-		`"'^coredns-global[.]coredns-global-writer$'"`, `"'^[a-z0-9-]+[.][a-z0-9-]+$'"`,
+		"^coredns-global[.]coredns-global-writer$", "^[a-z0-9-]+[.][a-z0-9-]+$",
 	).Replace(rendered)
 }
 
@@ -236,7 +236,7 @@ func TestWriterPolicy(t *testing.T) {
 		name     = "coredns-global writes only the Service <svc>-global of global service <svc>"
 		slices   = "coredns-global writes only EndpointSlices managed by global.globaldns.io"
 		unrouted = "coredns-global writes only EndpointSlices labelled service.kubernetes.io/headless"
-		mirrors  = "coredns-global writes no mirror.linkerd.io/ label or annotation"
+		mirrors  = "coredns-global writes no mirror.linkerd.io/ label, and no mirror.linkerd.io/ annotation"
 		events   = "coredns-global writes only Warning Events GlobalServiceConflict of its own"
 	)
 	// A tenant's ordinary ClusterIP Service named as a global service's written one, and another
@@ -337,6 +337,12 @@ func TestWriterPolicy(t *testing.T) {
 				"mirror.linkerd.io/cluster-name", "target2")), metav1.CreateOptions{})
 			return err
 		}},
+		{"a slice with another mirror annotation", mirrors, func() error {
+			s := ourSlice("foo-global-west-ipv4-9", "foo")
+			s.Annotations = map[string]string{"mirror.linkerd.io/cluster-name": "target2"}
+			_, err := eps.Create(ctx, s, metav1.CreateOptions{})
+			return err
+		}},
 		{"a Service with a mirror annotation", mirrors, func() error {
 			s := headless("foo-global", ourLabels("foo"))
 			s.Annotations = map[string]string{"mirror.linkerd.io/remote-svc-fq-name": "foo.db.svc.cluster.local"}
@@ -371,7 +377,10 @@ func TestWriterPolicy(t *testing.T) {
 	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9187, Protocol: corev1.ProtocolTCP})
 	_, err = svcs.Update(ctx, svc, metav1.UpdateOptions{})
 	must(t, err)
-	global, err := eps.Create(ctx, ourSlice("foo-global-west-ipv4-0", "foo", "globaldns.io/source-cluster", "west"), metav1.CreateOptions{})
+	westSlice := ourSlice("foo-global-west-ipv4-0", "foo", "globaldns.io/source-cluster", "west")
+	westSlice.Annotations = map[string]string{"mirror.linkerd.io/remote-gateway-identity": "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.linkerd.west",
+		"mirror.linkerd.io/remote-svc-fq-name": "foo.db.svc.cluster.local"}
+	global, err := eps.Create(ctx, westSlice, metav1.CreateOptions{})
 	must(t, err)
 	global.Endpoints[0].Hostname = ptr.To("foo-0-west")
 	_, err = eps.Update(ctx, global, metav1.UpdateOptions{})

@@ -174,4 +174,43 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	must(t, dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace).Delete(ctx, "west", metav1.DeleteOptions{}))
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
 	must(t, expect(t, d, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
+
+	// A Link in another namespace is anyone's: its cluster's mirror is no member, even with the zone
+	// of this cluster's nodes, which would rank it first.
+	must(t, harness.EnsureNamespace(ctx, c, "shop"))
+	must(t, harness.ApplyLink(ctx, dyn, "shop", "fake", map[string]string{"topology.kubernetes.io/zone": "us-east-1a"}))
+	_, err = harness.CreateMirror(ctx, c, mirror(ns, "fake", true))
+	must(t, err)
+	eventually(t, "the mirror of the Link in shop skipped", func() error {
+		if !strings.Contains(d.Logs(), `mirror db/foo-fake claims cluster "fake", which no Linkerd Link names`) {
+			return fmt.Errorf("no warning of foo-fake:\n%s", d.Logs())
+		}
+		return nil
+	})
+	must(t, expect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...))
+	must(t, expect(t, d, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
+
+	// A replica whose credentials may not read Links, where the API serves them: no linked cluster's
+	// mirror counts (the local members answer), and the gauge and a log line say why.
+	const user = "no-links"
+	harness.RunKubectl(t, own, "", "create", "clusterrole", user, "--verb=list,watch",
+		"--resource=services,endpointslices.discovery.k8s.io,nodes,clusterproperties.about.k8s.io")
+	harness.RunKubectl(t, own, "", "create", "clusterrolebinding", user, "--clusterrole="+user, "--user="+user)
+	kubeconfig, err := own.KubeconfigAs(user)
+	must(t, err)
+	r := harness.StartCoreDNS(t, own, linkedCorefile, harness.WithKubeconfig(kubeconfig))
+	eventuallyExpect(t, r, fooNS, dns.TypeA, dns.RcodeSuccess, local...)
+	if v := metric(t, r, "coredns_global_links_unreadable"); v != "1" {
+		t.Errorf("coredns_global_links_unreadable %q, want 1", v)
+	}
+	if n := strings.Count(r.Logs(), "cannot read Linkerd's Links in namespace linkerd-multicluster"); n != 1 {
+		t.Errorf("%d log lines of the Links, want 1:\n%s", n, r.Logs())
+	}
+	// Allowed to read them, it answers the linked clusters again.
+	harness.RunKubectl(t, own, "", "create", "clusterrole", user+"-links", "--verb=list,watch", "--resource=links.multicluster.linkerd.io")
+	harness.RunKubectl(t, own, "", "create", "clusterrolebinding", user+"-links", "--clusterrole="+user+"-links", "--user="+user)
+	eventuallyExpect(t, r, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
+	if v := metric(t, r, "coredns_global_links_unreadable"); v != "0" {
+		t.Errorf("coredns_global_links_unreadable %q once readable, want 0", v)
+	}
 }

@@ -108,6 +108,9 @@ writer.Owner shortens a longer one to 54 characters and an FNV hash, which Helm 
 {{- range $zone, $policy := .Values.policy.byZone }}
         policy {{ $policy }} {{ $zone }}
 {{- end }}
+{{- if ne .Values.linkerd.multiclusterNamespace "linkerd-multicluster" }}
+        links_namespace {{ .Values.linkerd.multiclusterNamespace }}
+{{- end }}
 {{- with .Values.clientLocality.sources }}
         client_locality {{ join " " . }}
 {{- end }}

@@ -53,6 +53,13 @@ var (
 		Name:      "cluster_unnamed",
 		Help:      "1 while mirrors from linked clusters exist and the Corefile leaves `cluster` at its default.",
 	})
+	// LinksUnreadable is 1 while the API serves Linkerd's Links but they may not be read.
+	LinksUnreadable = promauto.NewGauge(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: Plugin,
+		Name:      "links_unreadable",
+		Help:      "1 while the API serves Linkerd's Links but this replica may not read them: no linked cluster's mirror is answered.",
+	})
 	// ProgrammingDuration is the time from a watch event to the index snapshot that reflects it.
 	ProgrammingDuration = promauto.NewHistogram(prometheus.HistogramOpts{
 		Namespace:                   plugin.Namespace,

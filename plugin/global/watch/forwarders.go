@@ -43,7 +43,7 @@ func (f *forwarders) watch(ctx context.Context, client kubernetes.Interface, svc
 	inf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + name }),
 	).Discovery().V1().EndpointSlices().Informer()
-	inform(ctx, synced, inf, "the EndpointSlices of "+svc, nil, func(store cache.Store) {
+	inform(ctx, synced, inf, "the EndpointSlices of "+svc, nil, nil, func(store cache.Store) {
 		addrs := map[netip.Addr]bool{}
 		for _, o := range store.List() {
 			for _, e := range o.(*discoveryv1.EndpointSlice).Endpoints {

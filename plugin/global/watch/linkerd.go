@@ -20,6 +20,10 @@ const (
 	LabelRemoteDiscovery   = "multicluster.linkerd.io/remote-discovery"
 	AnnotationRemoteFQName = index.AnnotationRemoteFQName
 
+	// DefaultLinksNamespace is Linkerd's multicluster namespace, where `linkerd multicluster link`
+	// and the multicluster extension put Links (linkerd2 multicluster/cmd: --namespace's default).
+	DefaultLinksNamespace = "linkerd-multicluster"
+
 	// DefaultExportSelector selects the local Services Linkerd exports to other clusters.
 	DefaultExportSelector = "mirror.linkerd.io/exported=true"
 

@@ -143,7 +143,7 @@ func appendNew(l []string, s string) []string {
 func (c *Clients) watchNodes(ctx context.Context, client kubernetes.Interface, synced func()) {
 	inf := informers.NewSharedInformerFactoryWithOptions(client, 0).Core().V1().Nodes().Informer()
 	_ = inf.SetTransform(c.slimNode)
-	inform(ctx, synced, inf, "Nodes", nodeChanged, func(store cache.Store) {
+	inform(ctx, synced, inf, "Nodes", nodeChanged, nil, func(store cache.Store) {
 		var nodes []*corev1.Node
 		for _, o := range store.List() {
 			nodes = append(nodes, o.(*corev1.Node))

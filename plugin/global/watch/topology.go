@@ -48,19 +48,21 @@ var nodes = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 // source is optional: without its CRD it says nothing and is looked for again every 10 minutes;
 // one it may not read says nothing, logged once, while its informer keeps trying.
 type Topology struct {
-	dyn  dynamic.Interface
-	meta metadata.Interface
-	disc discovery.DiscoveryInterface
-	keys []string // the locality keys read from labels
+	dyn     dynamic.Interface
+	meta    metadata.Interface
+	disc    discovery.DiscoveryInterface
+	keys    []string // the locality keys read from labels
+	linksNS string   // the namespace Links count in: Linkerd's multicluster namespace
 
 	mu      sync.Mutex
 	d       index.Discovered
 	changed func(index.Discovered) // nil until the first state is known
 }
 
-// NewTopology returns a Topology reading the locality keys keys. Nothing runs before Run.
-func NewTopology(dyn dynamic.Interface, meta metadata.Interface, disc discovery.DiscoveryInterface, keys []string) *Topology {
-	return &Topology{dyn: dyn, meta: meta, disc: disc, keys: keys}
+// NewTopology returns a Topology reading the locality keys keys, and the Links of namespace links.
+// Nothing runs before Run.
+func NewTopology(dyn dynamic.Interface, meta metadata.Interface, disc discovery.DiscoveryInterface, keys []string, links string) *Topology {
+	return &Topology{dyn: dyn, meta: meta, disc: disc, keys: keys, linksNS: links}
 }
 
 // Run watches until ctx is done. It calls changed with what the objects say once every source has
@@ -123,7 +125,7 @@ func (t *Topology) localities(labels map[string]string) map[string]string {
 // clusterProperty follows the ClusterProperty cluster.clusterset.k8s.io.
 func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
 	only := fields.OneTermEqualSelector("metadata.name", clusterPropertyName).String()
-	t.informOn(ctx, synced, clusterPropertyGroup, "clusterproperties", func(o *metav1.ListOptions) { o.FieldSelector = only }, func(store cache.Store) {
+	t.informOn(ctx, synced, clusterPropertyGroup, "clusterproperties", metav1.NamespaceAll, func(o *metav1.ListOptions) { o.FieldSelector = only }, nil, func(store cache.Store) {
 		name := ""
 		for _, o := range store.List() {
 			v, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "spec", "value")
@@ -138,9 +140,17 @@ func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
 	})
 }
 
-// links follows Linkerd's Links.
+// links follows Linkerd's Links, in Linkerd's multicluster namespace only: a Link elsewhere is
+// anyone's. Where the API serves Links but they cannot be read, no cluster is linked (fail
+// closed: a mirror counts only while a Link names its cluster), until they can be.
 func (t *Topology) links(ctx context.Context, synced func()) {
-	t.informOn(ctx, synced, linkGroup, "links", nil, func(store cache.Store) {
+	denied := func(err error) {
+		telemetry.LinksUnreadable.Set(1)
+		telemetry.Log.Warningf("cannot read Linkerd's Links in namespace %s: %v; no linked cluster's mirror is answered until they can be read", t.linksNS, err)
+		t.set(func(d *index.Discovered) { d.Links, d.Linked = map[string]map[string]string{}, map[string]bool{} })
+	}
+	t.informOn(ctx, synced, linkGroup, "links", t.linksNS, nil, denied, func(store cache.Store) {
+		telemetry.LinksUnreadable.Set(0)
 		links, linked := map[string]map[string]string{}, map[string]bool{}
 		for _, o := range store.List() {
 			u := o.(*unstructured.Unstructured)
@@ -158,7 +168,7 @@ func (t *Topology) links(ctx context.Context, synced func()) {
 // nodes follows the locality labels all of this cluster's Nodes share, from their metadata.
 func (t *Topology) nodes(ctx context.Context, synced func()) {
 	inf := metadatainformer.NewFilteredMetadataInformer(t.meta, nodes, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	inform(ctx, synced, inf, "Nodes", t.updated, func(store cache.Store) {
+	inform(ctx, synced, inf, "Nodes", t.updated, nil, func(store cache.Store) {
 		shared := map[string]string{}
 		for i, o := range store.List() {
 			l := t.localities(o.(*metav1.PartialObjectMetadata).Labels)
@@ -172,14 +182,16 @@ func (t *Topology) nodes(ctx context.Context, synced func()) {
 	})
 }
 
-// informOn runs an informer on resource of group, in the group's preferred version, while the API
-// serves it: until then it says nothing (and is synced), and looks again every recheck.
-func (t *Topology) informOn(ctx context.Context, synced func(), group, resource string, tweak dynamicinformer.TweakListOptionsFunc, read func(cache.Store)) {
+// informOn runs an informer on resource of group in namespace, in the group's preferred version,
+// while the API serves it: until then it says nothing (and is synced), and looks again every
+// recheck. denied, when not nil, is told when the resource may not be read (see inform).
+func (t *Topology) informOn(ctx context.Context, synced func(), group, resource, namespace string, tweak dynamicinformer.TweakListOptionsFunc,
+	denied func(error), read func(cache.Store)) {
 	for ctx.Err() == nil {
 		gvr, err := t.served(group, resource)
 		if err == nil && gvr.Resource != "" {
-			inf := dynamicinformer.NewFilteredDynamicInformer(t.dyn, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, tweak).Informer()
-			inform(ctx, synced, inf, resource+"."+group, t.updated, read)
+			inf := dynamicinformer.NewFilteredDynamicInformer(t.dyn, gvr, namespace, 0, cache.Indexers{}, tweak).Informer()
+			inform(ctx, synced, inf, resource+"."+group, t.updated, denied, read)
 			return
 		}
 		if err != nil {
@@ -215,20 +227,27 @@ func (t *Topology) served(group, resource string) (schema.GroupVersionResource, 
 }
 
 // inform runs inf until ctx is done, reading its store at each change once it has listed, and
-// says when it has. The first error that is not passing (not allowed to read, say) is logged, once:
-// the reflector retries on its own, and a source it cannot read says nothing. updated, when not
-// nil, tells whether an update changes anything read.
-func inform(ctx context.Context, synced func(), inf cache.SharedIndexInformer, what string, updated func(old, new any) bool, read func(cache.Store)) {
+// says when it has. The first error that is not passing (not allowed to read, say) is logged, once
+// until the next read: the reflector retries on its own, and a source it cannot read says nothing,
+// or, with denied, is denied (which logs). updated, when not nil, tells whether an update changes
+// anything read.
+func inform(ctx context.Context, synced func(), inf cache.SharedIndexInformer, what string, updated func(old, new any) bool,
+	denied func(error), read func(cache.Store)) {
 	var failed atomic.Bool
 	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		if (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err)) && !failed.Swap(true) {
-			telemetry.Log.Warningf("cannot read %s: %v; what they tell is not used until they can be read", what, err)
+			if denied != nil && !apierrors.IsNotFound(err) {
+				denied(err)
+			} else {
+				telemetry.Log.Warningf("cannot read %s: %v; what they tell is not used until they can be read", what, err)
+			}
 			synced() // nothing to wait for
 		}
 	})
 	var started atomic.Bool
 	changed := func() {
 		if started.Load() {
+			failed.Store(false)
 			read(inf.GetStore())
 		}
 	}
@@ -244,6 +263,7 @@ func inform(ctx context.Context, synced func(), inf cache.SharedIndexInformer, w
 	go inf.RunWithContext(ctx)
 	if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		started.Store(true)
+		failed.Store(false)
 		read(inf.GetStore())
 		synced()
 	}
