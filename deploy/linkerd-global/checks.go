@@ -29,6 +29,7 @@ func (hc *healthChecker) categories() []category {
 			checker{description: "RBAC grants what the Corefile's options need", hintAnchor: "gdns-rbac", check: hc.checkRBAC},
 			checker{description: "RBAC grants the topology reads", hintAnchor: "gdns-rbac-topology", warning: true, check: hc.checkTopologyRBAC},
 			checker{description: "RBAC grants reading Linkerd's Links", hintAnchor: "gdns-rbac-links", check: hc.checkLinksRBAC},
+			checker{description: "an admission policy guards Linkerd's mirror labels", hintAnchor: "gdns-mirror-policy", warning: true, check: hc.checkMirrorPolicy},
 		)},
 		{categoryReplicas, []checker{
 			{description: "every replica reports synced", hintAnchor: "gdns-synced", retry: true, check: hc.checkSynced},

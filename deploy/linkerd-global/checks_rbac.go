@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,4 +184,54 @@ func (hc *healthChecker) checkLinkCRD(ctx context.Context) error {
 		return errors.New("the API serves no multicluster.linkerd.io Links: install Linkerd's multicluster extension to link clusters")
 	}
 	return err
+}
+
+// checkMirrorPolicy warns unless a bound ValidatingAdmissionPolicy guards the mirror.linkerd.io
+// labels of Services on both paths that write them: services and services/status. Without one,
+// whoever may write a Service can make it a linked cluster's member (docs/linkerd.md).
+func (hc *healthChecker) checkMirrorPolicy(ctx context.Context) error {
+	vap := hc.k.client.AdmissionregistrationV1()
+	policies, err := vap.ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	bindings, err := vap.ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	bound := map[string]bool{}
+	for _, b := range bindings.Items {
+		bound[b.Spec.PolicyName] = true
+	}
+	for _, p := range policies.Items {
+		if bound[p.Name] && guardsMirrors(&p) {
+			return nil
+		}
+	}
+	return errors.New("no admission policy lets only Linkerd's service mirrors set the mirror.linkerd.io labels of Services " +
+		"(through services and services/status): whoever may write a Service can add members to a global service; " +
+		"install docs/linkerd.md's, or the chart's (--set linkerd.mirrorPolicy=true)")
+}
+
+// guardsMirrors reports whether p checks the mirror.linkerd.io labels of Services written
+// directly and through their status.
+func guardsMirrors(p *admissionregistrationv1.ValidatingAdmissionPolicy) bool {
+	var services, status bool
+	if p.Spec.MatchConstraints != nil {
+		for _, r := range p.Spec.MatchConstraints.ResourceRules {
+			if !slices.Contains(r.APIGroups, "") && !slices.Contains(r.APIGroups, "*") {
+				continue
+			}
+			for _, res := range r.Resources {
+				services = services || res == "services" || res == "*"
+				status = status || res == "services/status" || res == "*/status" || res == "*/*"
+			}
+		}
+	}
+	mentions := slices.ContainsFunc(p.Spec.Variables, func(v admissionregistrationv1.Variable) bool {
+		return strings.Contains(v.Expression, "mirror.linkerd.io/")
+	}) || slices.ContainsFunc(p.Spec.Validations, func(v admissionregistrationv1.Validation) bool {
+		return strings.Contains(v.Expression, "mirror.linkerd.io/")
+	})
+	return services && status && mentions
 }

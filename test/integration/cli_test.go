@@ -168,10 +168,14 @@ func TestCLICheck(t *testing.T) {
 	must(t, err)
 	const ns = "coredns-global"
 	manifests, stderr, code := cli(t, nil, "", "install", "--set", "clusterName=east,replicas=2,priorityClass.create=true,image.repository=ghcr.io/globaldns/coredns-global",
-		"--set-json", `localities={"east":{"zone":"us-east-1a","region":"us-east-1"}}`)
+		"--set", "linkerd.mirrorPolicy=true", "--set-json", `localities={"east":{"zone":"us-east-1a","region":"us-east-1"}}`)
 	if code != 0 {
 		t.Fatalf("install: %s", stderr)
 	}
+	// west's mirror, made before the mirror policy: here the admin plays Linkerd's service mirror.
+	must(t, harness.EnsureNamespace(ctx, cp.Client, "db"))
+	_, err = harness.CreateMirror(ctx, cp.Client, mirror("db", "west", true, true))
+	must(t, err)
 	harness.RunKubectl(t, cp, manifests, "apply", "-f", "-")
 
 	proxy := harness.StartProxy(t, cp.APIServerAddr())
@@ -185,12 +189,9 @@ func TestCLICheck(t *testing.T) {
 	kubeDNS(t, cp, host, stockCoreDNS(t, "global:{{.Port}} {\n    bind 127.0.0.1 "+host+"\n    forward . "+replicas[0].Addr+"\n}\n"))
 	must(t, harness.EnsureNamespace(ctx, cp.Client, "linkerd-multicluster"))
 	must(t, harness.ApplyLink(ctx, dyn, "linkerd-multicluster", "west", map[string]string{"topology.kubernetes.io/zone": "us-east-1b", "topology.kubernetes.io/region": "us-east-1"}))
-	must(t, harness.EnsureNamespace(ctx, cp.Client, "db"))
 	must(t, harness.CreateNode(ctx, cp.Client, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
 	must(t, harness.CreateStatefulSet(ctx, cp.Client, harness.StatefulSet{Namespace: "db", Service: "foo", Ports: dbPorts, Pods: []harness.Pod{
 		{Name: "foo-0", Node: "east-a", IP: "10.244.1.10", Ready: true}}}))
-	_, err = harness.CreateMirror(ctx, cp.Client, mirror("db", "west", true, true))
-	must(t, err)
 	waitLeader(t, replicas...)
 	eventually(t, "the written slices", func() error { return writtenSlices(t, cp.Client, "db", map[string]int{"east": 1, "west": 2}) })
 
@@ -304,6 +305,25 @@ func TestCLICheck(t *testing.T) {
 		restore := dropVerb(t, cp, "coredns-global-read", "endpointslices", "watch")
 		wantFailure(t, cp, "RBAC grants what the Corefile's options need", "watch endpointslices.discovery.k8s.io (all namespaces)", direct)
 		restore()
+	})
+
+	t.Run("Links unreadable", func(t *testing.T) {
+		restore := dropVerb(t, cp, "coredns-global-read", "links", "list")
+		wantFailure(t, cp, "RBAC grants reading Linkerd's Links", "list links.multicluster.linkerd.io in linkerd-multicluster", direct)
+		restore()
+	})
+
+	t.Run("no mirror policy", func(t *testing.T) {
+		const desc = "an admission policy guards Linkerd's mirror labels"
+		must(t, cp.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, "linkerd-mirrors", metav1.DeleteOptions{}))
+		failed, code, _ := runCheck(t, cp, direct)
+		if code != 0 || !strings.HasPrefix(failed[desc], "warning: ") || !strings.Contains(failed[desc], "linkerd.mirrorPolicy") {
+			t.Errorf("without the mirror policy: exit %d, failed %v", code, failed)
+		}
+		harness.RunKubectl(t, cp, manifests, "apply", "-f", "-")
+		if failed, code, _ := runCheck(t, cp, direct); code != 0 || failed[desc] != "" {
+			t.Errorf("with the mirror policy again: exit %d, failed %v", code, failed)
+		}
 	})
 
 	t.Run("no replica synced", func(t *testing.T) {

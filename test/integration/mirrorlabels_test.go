@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -95,6 +97,7 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 		name, short string // short names its objects
 		c           kubernetes.Interface
 		patches     bool // may patch Services: Linkerd's rules allow updates only
+		status      bool // may write services/status
 	}
 	var linkerd []identity
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "controller-east"}}
@@ -124,10 +127,25 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 		}
 		return fmt.Errorf("%d rules, none creates Services", len(r.Rules))
 	})
+	// A holder of services/status, as cloud and load-balancer controllers are: a write of the
+	// subresource may change the Service's metadata too.
+	_, err = own.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "service-status"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"services/status"}, Verbs: []string{"update", "patch"}},
+		}}, metav1.CreateOptions{})
+	must(t, err)
+	_, err = own.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "service-status"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "service-status"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "kube-system", Name: "service-controller"}},
+	}, metav1.CreateOptions{})
+	must(t, err)
 	others := []identity{
-		{"an editor of the namespace", "editor", editor, true},
-		{"the cluster admin", "admin", own.Client, true},
-		{"an impostor in the wrong namespace", "impostor", impersonate(t, own, sa(ns, "controller-east")), false},
+		{"an editor of the namespace", "editor", editor, true, false},
+		{"the cluster admin", "admin", own.Client, true, true},
+		{"an impostor in the wrong namespace", "impostor", impersonate(t, own, sa(ns, "controller-east")), false, false},
+		{"a holder of services/status", "status", impersonate(t, own, sa("kube-system", "service-controller")), false, true},
 	}
 
 	// Without the policy: an editor's headless Service labelled as cluster evil's mirror of foo,
@@ -193,33 +211,58 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 	// writes are the changes the policy leaves to Linkerd, each on objects of its own (n tells them
 	// apart): a mirror made by Linkerd (mirror-<n>) and a Service that is none (plain-<n>, admin's).
 	writes := []struct {
-		what  string
-		rule  string
-		patch bool
-		do    func(c kubernetes.Interface, n string) error
+		what   string
+		rule   string
+		patch  bool
+		status bool // through services/status
+		do     func(c kubernetes.Interface, n string) error
 	}{
-		{"create a Service labelled as a mirror", labelsRule, false, func(c kubernetes.Interface, n string) error {
+		{"create a Service labelled as a mirror", labelsRule, false, false, func(c kubernetes.Interface, n string) error {
 			_, err := c.CoreV1().Services(ns).Create(ctx, mirrorService("new-"+n, mirrorLabels, nil), metav1.CreateOptions{})
 			return err
 		}},
-		{"label a Service as a mirror", labelsRule, false, func(c kubernetes.Interface, n string) error {
+		{"label a Service as a mirror", labelsRule, false, false, func(c kubernetes.Interface, n string) error {
 			return updateService(ctx, c, ns, "plain-"+n, func(s *corev1.Service) { s.Labels["mirror.linkerd.io/mirrored-service"] = "true" })
 		}},
-		{"label a Service as a mirror with a patch (kubectl label)", labelsRule, true, func(c kubernetes.Interface, n string) error {
+		{"label a Service as a mirror with a patch (kubectl label)", labelsRule, true, false, func(c kubernetes.Interface, n string) error {
 			_, err := c.CoreV1().Services(ns).Patch(ctx, "plain-"+n, types.MergePatchType,
 				[]byte(`{"metadata":{"labels":{"mirror.linkerd.io/headless-mirror-svc-name":"foo-west"}}}`), metav1.PatchOptions{})
 			return err
 		}},
-		{"change a mirror's cluster", labelsRule, false, func(c kubernetes.Interface, n string) error {
+		{"change a mirror's cluster", labelsRule, false, false, func(c kubernetes.Interface, n string) error {
 			return updateService(ctx, c, ns, "mirror-"+n, func(s *corev1.Service) { s.Labels["mirror.linkerd.io/cluster-name"] = "east" })
 		}},
-		{"remove a mirror's label", labelsRule, false, func(c kubernetes.Interface, n string) error {
+		{"remove a mirror's label", labelsRule, false, false, func(c kubernetes.Interface, n string) error {
 			return updateService(ctx, c, ns, "mirror-"+n, func(s *corev1.Service) { delete(s.Labels, "mirror.linkerd.io/mirrored-service") })
 		}},
-		{"change a mirror's remote name", annotationsRule, false, func(c kubernetes.Interface, n string) error {
+		{"change a mirror's remote name", annotationsRule, false, false, func(c kubernetes.Interface, n string) error {
 			return updateService(ctx, c, ns, "mirror-"+n, func(s *corev1.Service) {
 				s.Annotations["mirror.linkerd.io/remote-svc-fq-name"] = "foo.db.svc.cluster.local"
 			})
+		}},
+		// The same paths through services/status: an update, and a patch, of the subresource.
+		{"label a Service as a mirror through its status", labelsRule, false, true, func(c kubernetes.Interface, n string) error {
+			s, err := c.CoreV1().Services(ns).Get(ctx, "plain-"+n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			s.Labels["mirror.linkerd.io/mirrored-service"], s.Labels["mirror.linkerd.io/cluster-name"] = "true", "target2"
+			_, err = c.CoreV1().Services(ns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
+			return err
+		}},
+		{"change a mirror's cluster with a patch of its status", labelsRule, true, true, func(c kubernetes.Interface, n string) error {
+			_, err := c.CoreV1().Services(ns).Patch(ctx, "mirror-"+n, types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"mirror.linkerd.io/cluster-name":"target2"}}}`), metav1.PatchOptions{}, "status")
+			return err
+		}},
+		{"change a mirror's remote name through its status", annotationsRule, false, true, func(c kubernetes.Interface, n string) error {
+			s, err := c.CoreV1().Services(ns).Get(ctx, "mirror-"+n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			s.Annotations["mirror.linkerd.io/remote-svc-fq-name"] = "foo.db.svc.cluster.local"
+			_, err = c.CoreV1().Services(ns).UpdateStatus(ctx, s, metav1.UpdateOptions{})
+			return err
 		}},
 	}
 	objects := func(n string) {
@@ -233,7 +276,7 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 		t.Run("denied to "+o.name, func(t *testing.T) {
 			objects(o.short)
 			for _, w := range writes {
-				if w.patch && !o.patches {
+				if w.patch && !w.status && !o.patches || w.status && !o.status || !w.status && o.short == "status" {
 					continue
 				}
 				if err := w.do(o.c, o.short); !denied(err, w.rule) {
@@ -246,7 +289,7 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 		t.Run("admitted from "+l.name, func(t *testing.T) {
 			objects(l.short)
 			for _, w := range writes {
-				if w.patch {
+				if w.patch || w.status { // Linkerd's rules grant neither
 					continue
 				}
 				if err := w.do(l.c, l.short); err != nil {
@@ -420,4 +463,33 @@ func updateService(ctx context.Context, c kubernetes.Interface, ns, name string,
 	change(s)
 	_, err = c.CoreV1().Services(ns).Update(ctx, s, metav1.UpdateOptions{})
 	return err
+}
+
+// TestMirrorPolicyInTheChart: the chart's linkerd.mirrorPolicy installs docs/linkerd.md's policy and
+// binding as written there, but for the chart's labels and, with linkerd.multiclusterNamespace,
+// the namespace the policy names; off by default.
+func TestMirrorPolicyInTheChart(t *testing.T) {
+	recipe, _ := mirrorPolicyRecipe(t)
+	helm := helms(t)["helm4"]
+	_, defaults := helmTemplate(t, helm)
+	for k := range defaults {
+		if strings.Contains(k, "linkerd-mirrors") {
+			t.Errorf("rendered by default: %s", k)
+		}
+	}
+	for _, namespace := range []string{linkerdNamespace, "lmc"} {
+		want := objectsOf(t, strings.Replace(recipe, `expression: "'`+linkerdNamespace+`'"`, `expression: "'`+namespace+`'"`, 1))
+		_, got := helmTemplate(t, helm, "--set", "linkerd.mirrorPolicy=true", "--set", "linkerd.multiclusterNamespace="+namespace)
+		for k, w := range want {
+			g, ok := got[k]
+			if !ok {
+				t.Errorf("namespace %s: %s not rendered", namespace, k)
+				continue
+			}
+			unstructured.RemoveNestedField(g.Object, "metadata", "labels") // the chart's own
+			if !reflect.DeepEqual(g.Object, w.Object) {
+				t.Errorf("namespace %s: %s differs from docs/linkerd.md's:\n%v\nwant\n%v", namespace, k, g.Object, w.Object)
+			}
+		}
+	}
 }
