@@ -37,9 +37,10 @@ type locator interface {
 }
 
 // whoAsks learns who asks query r, received on w: from its ECS option when a forwarder (or a
-// source of client_ecs_from) sent it, else from its source address (unless a forwarder's). It returns the ECS option of the reply, when client_locality
-// has ecs and the query carries one: with the scope the answer depends on (RFC 7871 7.2.1), so
-// that caches honouring ECS keep it apart. Without client_locality it does nothing.
+// source of client_ecs_from) sent it, else from its source address (unless a forwarder's). It
+// returns the ECS option of the reply, when client_locality has ecs and such a source sent one:
+// with the scope the answer depends on (RFC 7871 7.2.1), so that caches honouring ECS keep it
+// apart. Without client_locality it does nothing.
 func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
 	if g.locator == nil {
 		return q, nil
