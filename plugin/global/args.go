@@ -91,6 +91,32 @@ func networksArg(c *caddy.Controller, opt string, args []string) (networks, erro
 	return ns, nil
 }
 
+// parseECSFrom parses `client_ecs_from SOURCE...`: networks, and Services (NAMESPACE/SERVICE, told
+// apart by having neither a dot nor a colon), whose pods' addresses are watched.
+func (g *Global) parseECSFrom(c *caddy.Controller, opt string, args []string) (err error) {
+	if len(args) == 0 {
+		return c.ArgErr()
+	}
+	var nets, svcs []string
+	for _, a := range args {
+		if strings.Contains(a, "/") && !strings.ContainsAny(a, ".:") {
+			svcs = append(svcs, a)
+		} else {
+			nets = append(nets, a)
+		}
+	}
+	if len(nets) > 0 {
+		if g.ecsFrom.networks, err = networksArg(c, opt, nets); err != nil {
+			return err
+		}
+	}
+	if len(svcs) > 0 {
+		g.ecsServices, err = servicesArg(c, opt, svcs)
+		g.ecsFrom.services = true
+	}
+	return err
+}
+
 // nameArg parses an option's one argument, a namespace name.
 func nameArg(c *caddy.Controller, opt string, args []string) (string, error) {
 	if len(args) != 1 {

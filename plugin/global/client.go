@@ -34,10 +34,12 @@ type locator interface {
 	Pod(p netip.Prefix) (*index.Client, int)
 	// Forwarder reports whether a is a forwarder's address (the cluster DNS's pods).
 	Forwarder(a netip.Addr) bool
+	// ECSSource reports whether a is the address of a pod of a Service of client_ecs_from.
+	ECSSource(a netip.Addr) bool
 }
 
-// whoAsks learns who asks query r, received on w: from its ECS option when a forwarder (or a
-// source of client_ecs_from) sent it, else from its source address (unless a forwarder's). It
+// whoAsks learns who asks query r, received on w: from its ECS option when a source of
+// client_ecs_from sent it, else from its source address (unless a forwarder's). It
 // returns the ECS option of the reply, when client_locality has ecs and such a source sent one:
 // with the scope the answer depends on (RFC 7871 7.2.1), so that caches honouring ECS keep it
 // apart. Without client_locality it does nothing.
@@ -50,11 +52,11 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 	if !ok {
 		return q, nil
 	}
-	forwarder := g.locator.Forwarder(src)
-	// The option is a claim of who asks: taken only from those trusted to make it (a forwarder
-	// setting it to its client's address, or client_ecs_from), else anyone could be answered as
-	// any node, and could learn where every address runs.
-	if g.sources.ecs && (forwarder || g.ecsFrom.has(src)) {
+	// The option is a claim of who asks: taken only from the sources trusted to make it
+	// (client_ecs_from: resolvers that set it to their client's address and share no cache), else
+	// anyone could be answered as any node, and learn where every address runs; nor from the
+	// forwarders, whose shared cache would serve one client's answer to all.
+	if g.sources.ecs && (g.ecsFrom.networks.has(src) || g.ecsFrom.services && g.locator.ECSSource(src)) {
 		if ecs = subnetOf(r); ecs != nil {
 			// Until known, the answer holds for the address the client gave, no wider.
 			reply := *ecs
@@ -68,7 +70,7 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 			ecs = &reply
 		}
 	}
-	if forwarder {
+	if g.locator.Forwarder(src) {
 		return q, ecs
 	}
 	if g.sources.node {
@@ -82,6 +84,13 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 		}
 	}
 	return q, ecs
+}
+
+// ecsSources are client_ecs_from's: networks, and whether Services are listed (watch.Clients
+// knows their pods' addresses).
+type ecsSources struct {
+	networks networks
+	services bool
 }
 
 // networks are address prefixes an option trusts (client_ecs_from, explain_from).

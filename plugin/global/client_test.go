@@ -77,6 +77,9 @@ func (fakeLocator) Pod(p netip.Prefix) (*index.Client, int) {
 
 func (fakeLocator) Forwarder(a netip.Addr) bool { return a == fakeForwarder }
 
+// ECSSource: the forwarder is also a Service of client_ecs_from (it sets the option).
+func (fakeLocator) ECSSource(a netip.Addr) bool { return a == fakeForwarder }
+
 // zonedGlobal is the plugin over zonedSource, not rotating, with client_locality sources.
 func zonedGlobal(t testing.TB, sources clientSources) *Global {
 	t.Helper()
@@ -90,6 +93,7 @@ func zonedGlobal(t testing.TB, sources clientSources) *Global {
 	if sources != (clientSources{}) {
 		g.locator = fakeLocator{}
 	}
+	g.ecsFrom.services = sources.ecs
 	return g
 }
 
@@ -182,9 +186,14 @@ func TestClientRankedAnswers(t *testing.T) {
 	}
 	// client_ecs_from trusts more sources with the option.
 	trusting := zonedGlobal(t, clientSources{ecs: true, node: true})
-	trusting.ecsFrom = networks{netip.MustParsePrefix("10.7.0.0/16")}
+	trusting.ecsFrom = ecsSources{networks: networks{netip.MustParsePrefix("10.7.0.0/16")}}
 	if m := ask(t, trusting, "10.7.7.7", "10.1.0.1/32", name, dns.TypeA); !slices.Equal(answered(m), fromN1) || scope(m) != 32 {
 		t.Errorf("ECS from a network of client_ecs_from: %q scope %d", answered(m), scope(m))
+	}
+	// A forwarder that is no source of client_ecs_from: its option is ignored (a shared cache
+	// passing a client's along would serve that client's answer to all).
+	if m := ask(t, trusting, "10.1.9.9", "10.1.0.1/32", name, dns.TypeA); !slices.Equal(answered(m), cluster) || scope(m) != -1 {
+		t.Errorf("ECS from a forwarder not in client_ecs_from: %q scope %d", answered(m), scope(m))
 	}
 	// A source not enabled is not asked.
 	nodeOnly := zonedGlobal(t, clientSources{node: true})

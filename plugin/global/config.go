@@ -117,9 +117,9 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 	case "client_locality":
 		g.sources, err = parseClientSources(c, args)
 	case "client_forwarders":
-		g.forwarders, err = parseForwarders(c, args)
+		g.forwarders, err = servicesArg(c, opt, args)
 	case "client_ecs_from":
-		g.ecsFrom, err = networksArg(c, opt, args)
+		err = g.parseECSFrom(c, opt, args)
 	case "ttl":
 		g.ttl, err = intArg[uint32](c, opt, args, 0, 3600)
 	case "fallthrough":
@@ -191,8 +191,8 @@ func (g *Global) check(c *caddy.Controller) error {
 	if g.forwarders != nil && g.sources == (clientSources{}) {
 		return c.Errf("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
 	}
-	if g.ecsFrom != nil && !g.sources.ecs {
-		return c.Errf("client_ecs_from needs client_locality ecs: it says whose ECS option is taken")
+	if (g.ecsFrom.networks != nil || g.ecsFrom.services) != g.sources.ecs {
+		return c.Errf("client_locality ecs and client_ecs_from go together: client_ecs_from names the resolvers trusted to set the option")
 	}
 	if g.writerConfig.GCOwner != nil && !g.endpointSlices {
 		return c.Errf("owner needs the writer: it cannot be set with endpointslices off")
@@ -472,18 +472,18 @@ func parseClientSources(c *caddy.Controller, args []string) (clientSources, erro
 	return s, nil
 }
 
-// parseForwarders parses `client_forwarders NAMESPACE/SERVICE...`.
-func parseForwarders(c *caddy.Controller, args []string) ([]string, error) {
+// servicesArg parses a list of Services, NAMESPACE/SERVICE (client_forwarders, client_ecs_from).
+func servicesArg(c *caddy.Controller, opt string, args []string) ([]string, error) {
 	if len(args) == 0 {
 		return nil, c.ArgErr()
 	}
 	for i, a := range args {
 		ns, name, ok := strings.Cut(a, "/")
 		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
-			return nil, c.Errf("client_forwarders: %q is not a Service's <namespace>/<name>", a)
+			return nil, c.Errf("%s: %q is not a Service's <namespace>/<name>", opt, a)
 		}
 		if slices.Contains(args[:i], a) {
-			return nil, c.Errf("client_forwarders lists %q twice", a)
+			return nil, c.Errf("%s lists %q twice", opt, a)
 		}
 	}
 	return args, nil

@@ -75,7 +75,7 @@ func (g *Global) build() error {
 		if forwarders == nil {
 			forwarders = []string{defaultForwarder}
 		}
-		g.clients = watch.NewClients(client, nodeKeys(g.corefile.ClientKeys), g.sources.pod, forwarders)
+		g.clients = watch.NewClients(client, nodeKeys(g.corefile.ClientKeys), g.sources.pod, forwarders, g.ecsServices)
 		g.locator = g.clients
 	}
 	g.writerConfig.Owner = writer.Owner(g.election.Namespace, g.election.Name)

@@ -59,7 +59,7 @@ func TestParse(t *testing.T) {
 		!slices.Equal(g.corefile.ClientKeys, index.DefaultClientKeys) {
 		t.Errorf("client defaults: %+v %v, %v", g.sources, g.corefile.ClientKeys, err)
 	}
-	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality pod ecs\n client_forwarders kube-system/coredns dns/dnsdist\n topology hostname zone cluster\n}"))
+	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality pod ecs\n client_ecs_from dns/dnsdist\n client_forwarders kube-system/coredns dns/dnsdist\n topology hostname zone cluster\n}"))
 	if err != nil || g.sources != (clientSources{ecs: true, pod: true}) || !slices.Equal(g.forwarders, []string{"kube-system/coredns", "dns/dnsdist"}) ||
 		!slices.Equal(g.corefile.Keys, []string{index.ZoneKey}) || !slices.Equal(g.corefile.ClientKeys, []string{index.HostnameKey, index.ZoneKey, index.ClusterKey}) {
 		t.Errorf("client options: %+v %v %v %v, %v", g.sources, g.forwarders, g.corefile.Keys, g.corefile.ClientKeys, err)
@@ -68,12 +68,13 @@ func TestParse(t *testing.T) {
 		g.writerConfig.GCOwner == nil || *g.writerConfig.GCOwner != (writer.GCOwner{Resource: "clusterroles.rbac.authorization.k8s.io", Name: "system:coredns-global"}) {
 		t.Errorf("owner: %+v, %v", g.writerConfig.GCOwner, err)
 	}
-	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
-	if err != nil || fmt.Sprint(g.ecsFrom) != "[10.0.0.0/8 fd00::1/128]" || fmt.Sprint(g.explainFrom) != "[127.0.0.1/32 ::1/128]" {
-		t.Errorf("client_ecs_from, explain_from: %v %v, %v", g.ecsFrom, g.explainFrom, err)
+	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 kube-system/kube-dns fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
+	if err != nil || fmt.Sprint(g.ecsFrom.networks) != "[10.0.0.0/8 fd00::1/128]" || !g.ecsFrom.services || !slices.Equal(g.ecsServices, []string{"kube-system/kube-dns"}) ||
+		fmt.Sprint(g.explainFrom) != "[127.0.0.1/32 ::1/128]" {
+		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ecsFrom, g.ecsServices, g.explainFrom, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
-		g.ecsFrom != nil || g.explainFrom != nil || g.linksNamespace != "linkerd-multicluster" {
+		g.ecsFrom.networks != nil || g.ecsFrom.services || g.explainFrom != nil || g.linksNamespace != "linkerd-multicluster" {
 		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
@@ -246,7 +247,9 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n client_locality node node\n}", "client_locality lists node twice"},
 		{"global {\n client_forwarders kube-system/kube-dns\n}", "client_forwarders needs client_locality"},
 		{"global {\n client_locality ecs\n client_forwarders kube-dns\n}", `client_forwarders: "kube-dns" is not a Service's <namespace>/<name>`},
-		{"global {\n client_locality node\n client_ecs_from 10.0.0.0/8\n}", "client_ecs_from needs client_locality ecs"},
+		{"global {\n client_locality node\n client_ecs_from 10.0.0.0/8\n}", "client_locality ecs and client_ecs_from go together"},
+		{"global {\n client_locality ecs node\n}", "client_locality ecs and client_ecs_from go together"},
+		{"global {\n client_locality ecs\n client_ecs_from kube-system/kube_dns\n}", `client_ecs_from: "kube-system/kube_dns" is not a Service's`},
 		{"global {\n client_locality ecs\n client_ecs_from\n}", "Wrong argument count"},
 		{"global {\n links_namespace Linkerd\n}", `links_namespace "Linkerd" is not a DNS label`},
 		{"global {\n links_namespace a b\n}", "Wrong argument count"},

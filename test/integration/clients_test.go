@@ -34,6 +34,7 @@ const clientsCorefile = `global:{{.Port}} near.global:{{.Port}} {
         locality north zone=zc region=r1
         client_locality ecs node pod
         client_forwarders %[1]s/kube-dns
+        client_ecs_from %[1]s/kube-dns
         policy nearest near.global
     }
 }

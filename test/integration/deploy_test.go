@@ -155,7 +155,7 @@ func TestPodSecurityRestricted(t *testing.T) {
 	_, ha := kustomize(t, "deploy/overlays/ha")
 	_, chart := helmTemplate(t, helm)
 	_, chartHA := helmTemplate(t, helm, "--values", chartPath(t, "values-ha.yaml"))
-	_, chartAll := helmTemplate(t, helm, "--set", "clusterName=east,clientLocality.sources={ecs,node,pod},networkPolicy.enabled=true,podAntiAffinity=node",
+	_, chartAll := helmTemplate(t, helm, "--set", "clusterName=east,clientLocality.sources={ecs,node,pod},clientLocality.ecsFrom={dns/ecs},networkPolicy.enabled=true,podAntiAffinity=node",
 		"--set", "image.digest=sha256:"+strings.Repeat("0", 64)+",priorityClass.create=true,podLabels.team=db,podAnnotations.note=x")
 	templates := map[string]*unstructured.Unstructured{
 		"deploy/base": base["Deployment/coredns-global"], "deploy/overlays/ha": ha["Deployment/coredns-global"],

@@ -13,8 +13,8 @@ import (
 	"github.com/miekg/dns"
 )
 
-// ecsCorefile is the plugin with every client source, listening also on the forwarder's address,
-// so that a CoreDNS forwarding to it there sends from that address.
+// ecsCorefile is the plugin with every client source, the option taken from %[3]s, listening
+// also on the forwarder's address, so that a CoreDNS forwarding to it there sends from that address.
 const ecsCorefile = `global:{{.Port}} {
     bind 127.0.0.1 %[2]s
     global {
@@ -25,6 +25,7 @@ const ecsCorefile = `global:{{.Port}} {
         cluster east
         client_locality ecs node pod
         client_forwarders %[1]s/kube-dns
+        client_ecs_from %[3]s
     }
 }
 `
@@ -38,12 +39,23 @@ const ecsForwarder = `global:{{.Port}} {
 }
 `
 
-// TestECSFromForwardersOnly: the ECS option is a claim of who asks, taken from the forwarders
-// only. A pod on node c sending one that names a pod of node a is answered from its own node, and
-// given no option back; the forwarder's option is taken. Through a real CoreDNS forwarding as
-// docs/install.md configures it for ECS, the pod's claim is replaced by its own address: it is
-// answered from node c, and a client on node a, asking next, from node a.
-func TestECSFromForwardersOnly(t *testing.T) {
+// sharedForwarder is docs/install.md's forwarding block of the cluster DNS: a cache shared by every
+// client, passing the client's option along.
+const sharedForwarder = `global:{{.Port}} {
+    bind 127.0.0.1
+    cache 30
+    forward . %s
+}
+`
+
+// TestECSFromTrustedSourcesOnly: the ECS option is a claim of who asks, taken from the resolvers
+// of client_ecs_from only. A pod on node c sending one that names a pod of node a is answered from
+// its own node, and given no option back; the trusted forwarder's option is taken. Through a real
+// CoreDNS forwarding as docs/install.md configures it for ECS, the pod's claim is replaced by its
+// own address: it is answered from node c, and a client on node a, asking next, from node a.
+// Through the cluster DNS's shared cache in front of a plugin that does not trust it with the
+// option, a pod's claim changes no one's answer: everyone gets the cluster's view.
+func TestECSFromTrustedSourcesOnly(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	base := fmt.Sprintf("127.62.%d.", 1+rand.IntN(250))
@@ -62,10 +74,15 @@ func TestECSFromForwardersOnly(t *testing.T) {
 	must(t, harness.CreateStatefulSet(ctx, client(), zz))
 	must(t, harness.CreatePod(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "app"}, harness.Pod{Name: "app-0", Node: ns + "-c", IP: appPod, Ready: true}))
 	createForwarder(t, ns, fwd)
-	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsCorefile, ns, fwd))
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsCorefile, ns, fwd, ns+"/kube-dns"))
 	_, port, err := net.SplitHostPort(c.Addr)
 	must(t, err)
 	front := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsForwarder, net.JoinHostPort(fwd, port)))
+	// The plugin behind the shared cache trusts another resolver, not the cluster DNS.
+	untrusting := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsCorefile, ns, fwd, "192.0.2.53"))
+	_, port, err = net.SplitHostPort(untrusting.Addr)
+	must(t, err)
+	shared := harness.StartCoreDNS(t, cp, fmt.Sprintf(sharedForwarder, net.JoinHostPort(fwd, port)))
 
 	name := "zz." + ns + ".global."
 	fromA, fromC := []string{"10.62.1.10", "10.62.3.10"}, []string{"10.62.3.10", "10.62.1.10"}
@@ -95,6 +112,11 @@ func TestECSFromForwardersOnly(t *testing.T) {
 	eventually(t, "the pod on node c, through the forwarder", answers(front, appPod, "10.62.1.10/32", fromC, noScope))
 	must(t, answers(front, nodeA, "10.62.3.10/32", fromA, noScope)())
 	must(t, answers(front, appPod, "", fromC, noScope)())
+	// The shared cache: the pod's claim of node c goes through to the plugin, which ignores it from
+	// the cluster DNS; the answer cached is the cluster's view, for the pod and for node a after it.
+	eventually(t, "the cluster's view through the shared cache", answers(shared, appPod, "10.62.3.10/32", fromA, noScope))
+	must(t, answers(shared, nodeA, "", fromA, noScope)())
+	must(t, answers(untrusting, fwd, "10.62.3.10/32", fromA, -1)())
 }
 
 // noScope: the reply's ECS option is not checked (the forwarder's rewrite decides what it returns).

@@ -117,6 +117,9 @@ writer.Owner shortens a longer one to 54 characters and an FNV hash, which Helm 
 {{- with .Values.clientLocality.forwarders }}
         client_forwarders {{ join " " . }}
 {{- end }}
+{{- if ne (has "ecs" .Values.clientLocality.sources) (not (empty .Values.clientLocality.ecsFrom)) }}
+{{- fail "clientLocality: ecs in sources and ecsFrom go together: ecsFrom names the resolvers trusted to set the option (docs/install.md)" }}
+{{- end }}
 {{- with .Values.clientLocality.ecsFrom }}
         client_ecs_from {{ join " " . }}
 {{- end }}

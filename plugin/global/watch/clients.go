@@ -20,23 +20,29 @@ type Clients struct {
 	nodes atomic.Pointer[nodeTable]
 	pods  *podTable // nil without the pod source
 	fwd   *forwarders
+	ecs   *forwarders // the resolvers whose ECS option is taken (client_ecs_from)
 	runs  []func(ctx context.Context, synced func())
 }
 
 // NewClients returns the Clients of the cluster client reads: Nodes, labels keys kept; Pods when
-// pods is set; the EndpointSlices of the forwarder Services (<namespace>/<name>). Nothing runs
-// before Run.
-func NewClients(client kubernetes.Interface, keys []string, pods bool, forwarderServices []string) *Clients {
-	c := &Clients{keys: keys, fwd: newForwarders()}
+// pods is set; the EndpointSlices of the forwarder Services and of the ECS sources' Services
+// (<namespace>/<name>). Nothing runs before Run.
+func NewClients(client kubernetes.Interface, keys []string, pods bool, forwarderServices, ecsServices []string) *Clients {
+	c := &Clients{keys: keys, fwd: newForwarders(), ecs: newForwarders()}
 	c.nodes.Store(&nodeTable{})
 	c.runs = append(c.runs, func(ctx context.Context, synced func()) { c.watchNodes(ctx, client, synced) })
 	if pods {
 		c.pods = newPodTable()
 		c.runs = append(c.runs, func(ctx context.Context, synced func()) { c.pods.run(ctx, client, synced) })
 	}
-	for _, s := range forwarderServices {
-		c.fwd.add(s)
-		c.runs = append(c.runs, func(ctx context.Context, synced func()) { c.fwd.watch(ctx, client, s, synced) })
+	for _, set := range []struct {
+		f        *forwarders
+		services []string
+	}{{c.fwd, forwarderServices}, {c.ecs, ecsServices}} {
+		for _, s := range set.services {
+			set.f.add(s)
+			c.runs = append(c.runs, func(ctx context.Context, synced func()) { set.f.watch(ctx, client, s, synced) })
+		}
 	}
 	return c
 }
@@ -78,3 +84,6 @@ func (c *Clients) Pod(p netip.Prefix) (*index.Client, int) {
 
 // Forwarder implements the handler's locator.
 func (c *Clients) Forwarder(a netip.Addr) bool { return c.fwd.has(a) }
+
+// ECSSource implements the handler's locator.
+func (c *Clients) ECSSource(a netip.Addr) bool { return c.ecs.has(a) }

@@ -13,8 +13,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// forwarders are the addresses of the pods behind the cluster DNS's Services: a query from one of
-// them is every client's (it forwards and caches for all), so it is never ranked from its source.
+// forwarders are the addresses of the pods behind Services: the cluster DNS's, a query from one of
+// which is every client's (it forwards and caches for all), so it is never ranked from its source;
+// or the resolvers trusted to set the ECS option (client_ecs_from).
 type forwarders struct {
 	byService map[string]*atomic.Pointer[map[netip.Addr]bool]
 }
