@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -38,12 +39,20 @@ var suiteWriter = harness.Token{Token: randomToken(), User: "system:serviceaccou
 
 // suitePolicy is deploy/base's rendered policy and binding made suiteWriter's.
 func suitePolicy(rendered string) string {
-	return strings.NewReplacer(
+	return anyLease(strings.NewReplacer(
 		"name: coredns-global-write", "name: coredns-global-write-suite",
 		"policyName: coredns-global-write", "policyName: coredns-global-write-suite",
 		"'"+writerUser+"'", "'"+suiteWriter.User+"'",
-		"^coredns-global[.]coredns-global-writer$", "^[a-z0-9-]+[.][a-z0-9-]+$",
-	).Replace(rendered)
+	).Replace(rendered))
+}
+
+// writerPin is the pattern of a rendered writer policy's globaldns.io/writer: ^<ns>[.]<lease>$.
+var writerPin = regexp.MustCompile(`\^[a-z0-9-]+\[\.\][a-z0-9-]+\$`)
+
+// anyLease widens the writer pin of a rendered policy to every lease: the suite's writers each
+// hold one of their own.
+func anyLease(rendered string) string {
+	return writerPin.ReplaceAllLiteralString(rendered, "^[a-z0-9-]+[.][a-z0-9-]+$")
 }
 
 // suffixWriters are the writers of the tests of another service_suffix, each a release of the
@@ -162,7 +171,11 @@ func suffixWriter(t *testing.T, suffix string) string {
 			must(t, err)
 			rendered = append(rendered, string(b))
 		}
-		must(t, installPolicy(context.Background(), cp, strings.Join(rendered, "\n---\n"), suffixWriters[suffix].Token, "coredns-global"+suffix+"-write"))
+		policy := strings.Join(rendered, "\n---\n")
+		if !writerPin.MatchString(policy) {
+			t.Fatalf("the policy of coredns-global%s pins no writer as anyLease expects:\n%s", suffix, policy)
+		}
+		must(t, installPolicy(context.Background(), cp, anyLease(policy), suffixWriters[suffix].Token, "coredns-global"+suffix+"-write"))
 	})
 	kubeconfig, err := cp.KubeconfigFor(suffixWriters[suffix].Token)
 	must(t, err)

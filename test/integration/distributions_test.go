@@ -217,6 +217,8 @@ func installSnippets(t *testing.T, doc string) map[string]string {
 	out := map[string]string{}
 	for _, b := range fencedBlocks(doc, "corefile") {
 		switch {
+		case strings.Contains(b, "rewrite edns0 subnet"):
+			// The forwarder for client_locality ecs, no distribution's (TestECSFromTrustedSourcesOnly).
 		case strings.Contains(b, "bind 169.254.20.10"):
 			out["nodelocaldns"] = b
 		case strings.Contains(b, "forward . "+docAddress):

@@ -189,6 +189,7 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 			"globaldns.io/global-service":            "foo",
 			"globaldns.io/source-cluster":            cluster,
 			"globaldns.io/writer":                    ns + ".writer",
+			corev1.IsHeadlessService:                 "", // kube-proxy ignores the slice
 		}
 		// A linked cluster's slices carry what Linkerd's destination reads of its own mirrors'.
 		var wantAnnotations map[string]string

@@ -141,15 +141,23 @@ func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
 }
 
 // links follows Linkerd's Links, in Linkerd's multicluster namespace only: a Link elsewhere is
-// anyone's. Where the API serves Links but they cannot be read, no cluster is linked (fail
-// closed: a mirror counts only while a Link names its cluster), until they can be.
+// anyone's. Where the API serves Links but they have never been read, no cluster is linked (fail
+// closed: a mirror counts only while a Link names its cluster), until they can be. Once read, a
+// denial keeps what was read, as any API error does: an API server starting again denies for a
+// moment, before its authorizer has synced.
 func (t *Topology) links(ctx context.Context, synced func()) {
+	var read atomic.Bool
 	denied := func(err error) {
 		telemetry.LinksUnreadable.Set(1)
+		if read.Load() {
+			telemetry.Log.Warningf("cannot read Linkerd's Links in namespace %s: %v; the Links last read count until they can be read again", t.linksNS, err)
+			return
+		}
 		telemetry.Log.Warningf("cannot read Linkerd's Links in namespace %s: %v; no linked cluster's mirror is answered until they can be read", t.linksNS, err)
 		t.set(func(d *index.Discovered) { d.Links, d.Linked = map[string]map[string]string{}, map[string]bool{} })
 	}
 	t.informOn(ctx, synced, linkGroup, "links", t.linksNS, nil, denied, func(store cache.Store) {
+		read.Store(true)
 		telemetry.LinksUnreadable.Set(0)
 		links, linked := map[string]map[string]string{}, map[string]bool{}
 		for _, o := range store.List() {

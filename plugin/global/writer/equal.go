@@ -21,14 +21,21 @@ func clusterIPType(s *corev1.Service) bool {
 	return s.Spec.Type == "" || s.Spec.Type == corev1.ServiceTypeClusterIP
 }
 
-func serviceUpToDate(have, want *corev1.Service) bool {
-	if len(have.Spec.Selector) > 0 || !clusterIPType(have) || !ownersUpToDate(have.OwnerReferences, want.OwnerReferences) {
-		return false
-	}
-	for k, v := range want.Labels {
-		if have.Labels[k] != v {
+// labelsUpToDate reports whether have holds every label of want, with its value: a label of empty
+// value (service.kubernetes.io/headless) must be there too. Others' labels may stay.
+func labelsUpToDate(have, want map[string]string) bool {
+	for k, v := range want {
+		if h, ok := have[k]; !ok || h != v {
 			return false
 		}
+	}
+	return true
+}
+
+func serviceUpToDate(have, want *corev1.Service) bool {
+	if len(have.Spec.Selector) > 0 || !clusterIPType(have) || !ownersUpToDate(have.OwnerReferences, want.OwnerReferences) ||
+		!labelsUpToDate(have.Labels, want.Labels) {
+		return false
 	}
 	if !annotationsUpToDate(have.Annotations, want.Annotations, index.ServiceAnnotationKeys) || len(have.Spec.Ports) != len(want.Spec.Ports) {
 		return false
@@ -47,12 +54,7 @@ func serviceUpToDate(have, want *corev1.Service) bool {
 // the desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash)
 // would let foreign edits of fields it skips (hints) stand.
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
-	for k, v := range want.Labels {
-		if have.Labels[k] != v {
-			return false
-		}
-	}
-	return annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys) &&
+	return labelsUpToDate(have.Labels, want.Labels) && annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys) &&
 		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
 		apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports) &&
 		endpointsEqual(have.Endpoints, want.Endpoints)
@@ -108,12 +110,7 @@ func portsKey(ps []discoveryv1.EndpointPort) string {
 }
 
 func importUpToDate(have, want *mcsv1alpha1.ServiceImport) bool {
-	for k, v := range want.Labels {
-		if have.Labels[k] != v {
-			return false
-		}
-	}
-	return have.Spec.Type == want.Spec.Type && len(have.Spec.IPs) == 0 && ownersUpToDate(have.OwnerReferences, want.OwnerReferences) &&
+	return labelsUpToDate(have.Labels, want.Labels) && have.Spec.Type == want.Spec.Type && len(have.Spec.IPs) == 0 && ownersUpToDate(have.OwnerReferences, want.OwnerReferences) &&
 		slices.EqualFunc(have.Spec.Ports, want.Spec.Ports, func(a, b mcsv1alpha1.ServicePort) bool {
 			return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.AppProtocol == nil
 		})

@@ -82,3 +82,23 @@ func BenchmarkSliceUpToDate(b *testing.B) {
 		}
 	}
 }
+
+// A label of empty value is up to date only when it is there: the one the writer adds to the slices
+// of an earlier release (service.kubernetes.io/headless) must make it write them.
+func TestLabelsUpToDate(t *testing.T) {
+	want := map[string]string{"a": "1", corev1.IsHeadlessService: ""}
+	for _, c := range []struct {
+		have map[string]string
+		ok   bool
+	}{
+		{map[string]string{"a": "1", corev1.IsHeadlessService: ""}, true},
+		{map[string]string{"a": "1", corev1.IsHeadlessService: "", "other": "x"}, true},
+		{map[string]string{"a": "1"}, false},
+		{map[string]string{"a": "2", corev1.IsHeadlessService: ""}, false},
+		{nil, false},
+	} {
+		if got := labelsUpToDate(c.have, want); got != c.ok {
+			t.Errorf("labelsUpToDate(%v, %v) = %v, want %v", c.have, want, got, c.ok)
+		}
+	}
+}
