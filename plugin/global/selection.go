@@ -128,14 +128,10 @@ func (s *selection) answersTier(t uint8) bool {
 // of each family (of family alone, when not 0: the question's). The index reads only what the
 // answer holds (Service.Nearest); one endpoint's few records are ranked as they are.
 func (s *selection) reshape(family index.Family, limit int) {
-	n := s.name
+	n := &s.name
 	zone := ""
 	if n.zonal != zonalNone {
-		if n.host != "" {
-			s.zoned = n.zonal == zonalPin || !s.svc.Select(n.cluster, n.host, s.inZoneAndMatches, 1).Empty()
-		} else {
-			s.zoned = n.zonal == zonalPin || !s.svc.Nearest(n.cluster, n.zone, 0, nil, n.matches, 1).Empty()
-		}
+		s.zoned = n.zonal == zonalPin || s.zoneHolds()
 		if s.zoned {
 			zone = n.zone
 		}
@@ -156,6 +152,17 @@ func (s *selection) reshape(family index.Family, limit int) {
 		topo := s.svc.Topology()
 		s.view = index.View{A: topo.Ranked(all.A, s.client, limit), AAAA: topo.Ranked(all.AAAA, s.client, limit)}
 	}
+}
+
+// zoneHolds reports whether the name's topology zone holds a record the name answers. Apart, so
+// that the copy of the name its filter keeps is made for zonal names only, not for every answer
+// ranked from the client.
+func (s *selection) zoneHolds() bool {
+	n := s.name
+	if n.host != "" {
+		return !s.svc.Select(n.cluster, n.host, s.inZoneAndMatches, 1).Empty()
+	}
+	return !s.svc.Nearest(n.cluster, n.zone, 0, nil, n.matches, 1).Empty()
 }
 
 // inZoneAndMatches reports whether record r is in the name's topology zone with a port it asks for.
