@@ -106,13 +106,12 @@ func (g *Global) parseECSFrom(c *caddy.Controller, opt string, args []string) (e
 		}
 	}
 	if len(nets) > 0 {
-		if g.ecsFrom.networks, err = networksArg(c, opt, nets); err != nil {
+		if g.ecsFrom, err = networksArg(c, opt, nets); err != nil {
 			return err
 		}
 	}
 	if len(svcs) > 0 {
 		g.ecsServices, err = servicesArg(c, opt, svcs)
-		g.ecsFrom.services = true
 	}
 	return err
 }

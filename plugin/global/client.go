@@ -56,7 +56,7 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 	// (client_ecs_from: resolvers that set it to their client's address and share no cache), else
 	// anyone could be answered as any node, and learn where every address runs; nor from the
 	// forwarders, whose shared cache would serve one client's answer to all.
-	if g.sources.ecs && (g.ecsFrom.networks.has(src) || g.ecsFrom.services && g.locator.ECSSource(src)) {
+	if g.sources.ecs && (g.ecsFrom.has(src) || g.locator.ECSSource(src)) {
 		if ecs = subnetOf(r); ecs != nil {
 			// Until known, the answer holds for the address the client gave, no wider.
 			reply := *ecs
@@ -84,13 +84,6 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 		}
 	}
 	return q, ecs
-}
-
-// ecsSources are client_ecs_from's: networks, and whether Services are listed (watch.Clients
-// knows their pods' addresses).
-type ecsSources struct {
-	networks networks
-	services bool
 }
 
 // networks are address prefixes an option trusts (client_ecs_from, explain_from).

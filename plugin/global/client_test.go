@@ -48,8 +48,8 @@ func zonedSource() *indextest.Source {
 }
 
 // fakeLocator: Nodes n1 (za) at 10.1.0.1 with pod CIDR 10.244.1.0/24, n3 (zb) at 10.1.0.3, the pod
-// 10.244.3.7 on n3, and a forwarder at 10.1.9.9.
-type fakeLocator struct{}
+// 10.244.3.7 on n3, and a forwarder at 10.1.9.9, with ecs also a Service of client_ecs_from.
+type fakeLocator struct{ ecs bool }
 
 var (
 	n1 = &index.Client{Node: "n1", Labels: map[string]string{index.ZoneKey: "za", index.RegionKey: "r1"}}
@@ -77,8 +77,8 @@ func (fakeLocator) Pod(p netip.Prefix) (*index.Client, int) {
 
 func (fakeLocator) Forwarder(a netip.Addr) bool { return a == fakeForwarder }
 
-// ECSSource: the forwarder is also a Service of client_ecs_from (it sets the option).
-func (fakeLocator) ECSSource(a netip.Addr) bool { return a == fakeForwarder }
+// ECSSource: with ecs, the forwarder is also a Service of client_ecs_from (it sets the option).
+func (f fakeLocator) ECSSource(a netip.Addr) bool { return f.ecs && a == fakeForwarder }
 
 // zonedGlobal is the plugin over zonedSource, not rotating, with client_locality sources.
 func zonedGlobal(t testing.TB, sources clientSources) *Global {
@@ -91,9 +91,8 @@ func zonedGlobal(t testing.TB, sources clientSources) *Global {
 		selector: selector{policies: policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), mcsZones: []string{"clusterset.local."}},
 		sources:  sources, Next: test.NextHandler(dns.RcodeNameError, nil)}
 	if sources != (clientSources{}) {
-		g.locator = fakeLocator{}
+		g.locator = fakeLocator{ecs: sources.ecs}
 	}
-	g.ecsFrom.services = sources.ecs
 	return g
 }
 
@@ -186,7 +185,7 @@ func TestClientRankedAnswers(t *testing.T) {
 	}
 	// client_ecs_from trusts more sources with the option.
 	trusting := zonedGlobal(t, clientSources{ecs: true, node: true})
-	trusting.ecsFrom = ecsSources{networks: networks{netip.MustParsePrefix("10.7.0.0/16")}}
+	trusting.ecsFrom, trusting.locator = networks{netip.MustParsePrefix("10.7.0.0/16")}, fakeLocator{}
 	if m := ask(t, trusting, "10.7.7.7", "10.1.0.1/32", name, dns.TypeA); !slices.Equal(answered(m), fromN1) || scope(m) != 32 {
 		t.Errorf("ECS from a network of client_ecs_from: %q scope %d", answered(m), scope(m))
 	}

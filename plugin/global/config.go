@@ -191,7 +191,7 @@ func (g *Global) check(c *caddy.Controller) error {
 	if g.forwarders != nil && g.sources == (clientSources{}) {
 		return c.Errf("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
 	}
-	if (g.ecsFrom.networks != nil || g.ecsFrom.services) != g.sources.ecs {
+	if (g.ecsFrom != nil || g.ecsServices != nil) != g.sources.ecs {
 		return c.Errf("client_locality ecs and client_ecs_from go together: client_ecs_from names the resolvers trusted to set the option")
 	}
 	if g.writerConfig.GCOwner != nil && !g.endpointSlices {

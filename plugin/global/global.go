@@ -41,8 +41,8 @@ type Global struct {
 	explain        bool            // explain: answer CH TXT with the explanation of a name
 	sources        clientSources   // client_locality: how clients are learned
 	forwarders     []string        // client_forwarders: the cluster DNS's Services, <namespace>/<name>
-	ecsFrom        ecsSources      // client_ecs_from: the sources whose ECS option is taken
-	ecsServices    []string        // client_ecs_from's Services, <namespace>/<name>
+	ecsFrom        networks        // client_ecs_from's networks: sources whose ECS option is taken
+	ecsServices    []string        // client_ecs_from's Services, <namespace>/<name> (watch.Clients)
 	explainFrom    networks        // explain_from: who may ask for explanations; nil: anyone
 	startupTimeout time.Duration   // startup_timeout
 	kubeconfig     string          // kubeconfig PATH [CONTEXT]

@@ -96,12 +96,16 @@ func (g *Global) mayExplain(w dns.ResponseWriter) bool {
 // limitAmplification leaves m, over UDP, no larger than maxAmplification times the query: larger,
 // it is truncated, without records (TC), and the client asks again over TCP (dig does by itself).
 func limitAmplification(state *request.Request, m *dns.Msg) {
-	if state.Proto() != "udp" || m.Len() <= maxAmplification*state.Req.Len() {
+	if state.Proto() != "udp" {
+		return
+	}
+	limit := maxAmplification * state.Req.Len()
+	if m.Len() <= limit {
 		return
 	}
 	m.Answer, m.Ns = nil, nil
 	m.Truncated = true
-	if o := m.IsEdns0(); o != nil && m.Len() > maxAmplification*state.Req.Len() {
+	if o := m.IsEdns0(); o != nil && m.Len() > limit {
 		o.Option = nil // an Extended DNS Error's text, told again over TCP
 	}
 }

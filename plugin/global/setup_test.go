@@ -69,12 +69,12 @@ func TestParse(t *testing.T) {
 		t.Errorf("owner: %+v, %v", g.writerConfig.GCOwner, err)
 	}
 	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 kube-system/kube-dns fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
-	if err != nil || fmt.Sprint(g.ecsFrom.networks) != "[10.0.0.0/8 fd00::1/128]" || !g.ecsFrom.services || !slices.Equal(g.ecsServices, []string{"kube-system/kube-dns"}) ||
+	if err != nil || fmt.Sprint(g.ecsFrom) != "[10.0.0.0/8 fd00::1/128]" || !slices.Equal(g.ecsServices, []string{"kube-system/kube-dns"}) ||
 		fmt.Sprint(g.explainFrom) != "[127.0.0.1/32 ::1/128]" {
 		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ecsFrom, g.ecsServices, g.explainFrom, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
-		g.ecsFrom.networks != nil || g.ecsFrom.services || g.explainFrom != nil || g.linksNamespace != "linkerd-multicluster" {
+		g.ecsFrom != nil || g.ecsServices != nil || g.explainFrom != nil || g.linksNamespace != "linkerd-multicluster" {
 		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
 	if g, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {

@@ -146,10 +146,9 @@ func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
 // denial keeps what was read, as any API error does: an API server starting again denies for a
 // moment, before its authorizer has synced.
 func (t *Topology) links(ctx context.Context, synced func()) {
-	var read atomic.Bool
-	denied := func(err error) {
+	denied := func(err error, read bool) {
 		telemetry.LinksUnreadable.Set(1)
-		if read.Load() {
+		if read {
 			telemetry.Log.Warningf("cannot read Linkerd's Links in namespace %s: %v; the Links last read count until they can be read again", t.linksNS, err)
 			return
 		}
@@ -157,7 +156,6 @@ func (t *Topology) links(ctx context.Context, synced func()) {
 		t.set(func(d *index.Discovered) { d.Links, d.Linked = map[string]map[string]string{}, map[string]bool{} })
 	}
 	t.informOn(ctx, synced, linkGroup, "links", t.linksNS, nil, denied, func(store cache.Store) {
-		read.Store(true)
 		telemetry.LinksUnreadable.Set(0)
 		links, linked := map[string]map[string]string{}, map[string]bool{}
 		for _, o := range store.List() {
@@ -194,7 +192,7 @@ func (t *Topology) nodes(ctx context.Context, synced func()) {
 // while the API serves it: until then it says nothing (and is synced), and looks again every
 // recheck. denied, when not nil, is told when the resource may not be read (see inform).
 func (t *Topology) informOn(ctx context.Context, synced func(), group, resource, namespace string, tweak dynamicinformer.TweakListOptionsFunc,
-	denied func(error), read func(cache.Store)) {
+	denied func(err error, read bool), read func(cache.Store)) {
 	for ctx.Err() == nil {
 		gvr, err := t.served(group, resource)
 		if err == nil && gvr.Resource != "" {
@@ -237,22 +235,21 @@ func (t *Topology) served(group, resource string) (schema.GroupVersionResource, 
 // inform runs inf until ctx is done, reading its store at each change once it has listed, and
 // says when it has. The first error that is not passing (not allowed to read, say) is logged, once
 // until the next read: the reflector retries on its own, and a source it cannot read says nothing,
-// or, with denied, is denied (which logs). updated, when not nil, tells whether an update changes
-// anything read.
+// or, with denied, is denied (which logs), told whether the store was ever read. updated, when not
+// nil, tells whether an update changes anything read.
 func inform(ctx context.Context, synced func(), inf cache.SharedIndexInformer, what string, updated func(old, new any) bool,
-	denied func(error), read func(cache.Store)) {
-	var failed atomic.Bool
+	denied func(err error, read bool), read func(cache.Store)) {
+	var failed, started atomic.Bool
 	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		if (apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsNotFound(err)) && !failed.Swap(true) {
 			if denied != nil && !apierrors.IsNotFound(err) {
-				denied(err)
+				denied(err, started.Load())
 			} else {
 				telemetry.Log.Warningf("cannot read %s: %v; what they tell is not used until they can be read", what, err)
 			}
 			synced() // nothing to wait for
 		}
 	})
-	var started atomic.Bool
 	changed := func() {
 		if started.Load() {
 			failed.Store(false)
