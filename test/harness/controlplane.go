@@ -506,16 +506,8 @@ func (cp *ControlPlane) KubeconfigFor(token string) (string, error) {
 // KubeconfigAs writes a kubeconfig of the admin impersonating user in groups: a user the tests
 // give only the RBAC they mean to.
 func (cp *ControlPlane) KubeconfigAs(user string, groups ...string) (string, error) {
-	path, err := cp.writeKubeconfig("kubeconfig-as-"+strings.NewReplacer(":", "-", "/", "-").Replace(user), "admin", cp.adminToken)
-	if err != nil {
-		return "", err
-	}
-	cfg, err := clientcmd.LoadFromFile(path)
-	if err != nil {
-		return "", err
-	}
-	cfg.AuthInfos["admin"].Impersonate, cfg.AuthInfos["admin"].ImpersonateGroups = user, groups
-	return path, clientcmd.WriteToFile(*cfg, path)
+	return cp.writeKubeconfigFor("kubeconfig-as-"+strings.NewReplacer(":", "-", "/", "-").Replace(user), "admin",
+		&clientcmdapi.AuthInfo{Token: cp.adminToken, Impersonate: user, ImpersonateGroups: groups}, cp.APIServerURL())
 }
 
 // writeKubeconfig writes Dir/name for user authenticating with token.
@@ -525,9 +517,14 @@ func (cp *ControlPlane) writeKubeconfig(name, user, token string) (string, error
 
 // writeKubeconfigAt writes a kubeconfig for a token user of the API server at server.
 func (cp *ControlPlane) writeKubeconfigAt(name, user, token, server string) (string, error) {
+	return cp.writeKubeconfigFor(name, user, &clientcmdapi.AuthInfo{Token: token}, server)
+}
+
+// writeKubeconfigFor writes Dir/name for user authenticating as auth says, to the API server at server.
+func (cp *ControlPlane) writeKubeconfigFor(name, user string, auth *clientcmdapi.AuthInfo, server string) (string, error) {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.AuthInfos[user] = auth
 	cfg.Contexts["harness"] = &clientcmdapi.Context{Cluster: "harness", AuthInfo: user}
 	cfg.CurrentContext = "harness"
 	path := filepath.Join(cp.Dir, name)

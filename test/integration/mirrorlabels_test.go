@@ -127,8 +127,10 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 		}
 		return fmt.Errorf("%d rules, none creates Services", len(r.Rules))
 	})
-	// A holder of services/status, as cloud and load-balancer controllers are: a write of the
-	// subresource may change the Service's metadata too.
+	// A holder of services/status, as the cloud service controller is: its Service rules of
+	// system:controller:service-controller (k8s.io/kubernetes v1.36.3, plugin/pkg/auth/authorizer/
+	// rbac/bootstrappolicy/controller_policy.go; the nodes and events rules left out). A write of
+	// the subresource may change the Service's metadata too.
 	_, err = own.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "service-status"},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch"}},
