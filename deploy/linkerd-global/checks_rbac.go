@@ -83,8 +83,8 @@ func (hc *healthChecker) checkTopologyRBAC(ctx context.Context) error {
 // checkLinksRBAC fails where the API serves Links and the plugin may not read them in
 // links_namespace: it then answers no linked cluster's mirror.
 func (hc *healthChecker) checkLinksRBAC(ctx context.Context) error {
-	if err := hc.checkLinkCRD(ctx); err != nil {
-		return nil // no Links to read: every mirror counts (the --pre check warns)
+	if served, err := hc.linksServed(); err != nil || !served {
+		return err // none served: no Links to read, every mirror counts (the --pre check warns)
 	}
 	if err := hc.mayAll(ctx, each([]string{hc.in.config.linksNamespace}, "multicluster.linkerd.io", "links", "list", "watch")); err != nil {
 		return fmt.Errorf("%w\nso the replicas answer no linked cluster's mirror: grant the Links read of docs/rbac.md", err)
@@ -178,12 +178,21 @@ func (hc *healthChecker) checkClusterDNSExists(ctx context.Context) error {
 	return err
 }
 
-func (hc *healthChecker) checkLinkCRD(ctx context.Context) error {
-	_, err := hc.k.client.Discovery().ServerResourcesForGroupVersion("multicluster.linkerd.io/" + linkVersions[0])
-	if isNotFound(err) {
+func (hc *healthChecker) checkLinkCRD(context.Context) error {
+	served, err := hc.linksServed()
+	if err == nil && !served {
 		return errors.New("the API serves no multicluster.linkerd.io Links: install Linkerd's multicluster extension to link clusters")
 	}
 	return err
+}
+
+// linksServed reports whether the API serves Linkerd's Links.
+func (hc *healthChecker) linksServed() (bool, error) {
+	_, err := hc.k.client.Discovery().ServerResourcesForGroupVersion("multicluster.linkerd.io/" + linkVersions[0])
+	if isNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // checkMirrorPolicy warns unless a bound ValidatingAdmissionPolicy guards the mirror.linkerd.io
