@@ -83,18 +83,7 @@ func TestClientRankedAnswers(t *testing.T) {
 	fromC := []string{"10.61.3.10", "10.61.1.10", "10.61.2.10", n, w}
 	cluster := []string{"10.61.1.10", "10.61.2.10", "10.61.3.10", n, w}
 	answers := func(from, ecs, qname string, want []string, scope int) func() error {
-		return func() error {
-			for _, proto := range []string{"udp", "tcp"} {
-				r, err := askFrom(c, proto, from, ecs, qname, dns.TypeA)
-				if err != nil {
-					return err
-				}
-				if got := aRecords(r); !slices.Equal(got, want) || ecsScope(r) != scope {
-					return fmt.Errorf("%s from %s (ECS %q) over %s: %q scope %d, want %q scope %d", qname, from, ecs, proto, got, ecsScope(r), want, scope)
-				}
-			}
-			return nil
-		}
+		return answersFrom(c, from, ecs, qname, want, scope)
 	}
 	eventually(t, "answers from node a", answers(nodeA, "", name, fromA, -1))
 	eventually(t, "answers from node c", answers(nodeC, "", name, fromC, -1))
@@ -187,6 +176,27 @@ func createForwarder(t *testing.T, ns, addr string) {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}}},
 	}, metav1.CreateOptions{})
 	must(t, err)
+}
+
+// noScope: the reply's ECS option is not checked (a forwarder's rewrite decides what it returns).
+const noScope = -2
+
+// answersFrom checks that qname A, asked of c from address from (with the ECS option of prefix ecs
+// when not ""), over UDP and TCP, is want in this order, its reply's ECS option of scope scope (-1:
+// none; noScope: not checked).
+func answersFrom(c *harness.CoreDNS, from, ecs, qname string, want []string, scope int) func() error {
+	return func() error {
+		for _, proto := range []string{"udp", "tcp"} {
+			r, err := askFrom(c, proto, from, ecs, qname, dns.TypeA)
+			if err != nil {
+				return err
+			}
+			if got := aRecords(r); !slices.Equal(got, want) || scope != noScope && ecsScope(r) != scope {
+				return fmt.Errorf("%s from %s (ECS %q) over %s at %s: %q scope %d, want %q scope %d", qname, from, ecs, proto, c.Addr, got, ecsScope(r), want, scope)
+			}
+		}
+		return nil
+	}
 }
 
 // askFrom sends qname over proto from address from, with an ECS option of prefix ecs when not "".

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
 
-	"github.com/miekg/dns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -51,18 +49,7 @@ func TestClientTableNeverLies(t *testing.T) {
 	fromB := []string{"10.62.2.10", "10.63.1.10", "10.62.1.10"}
 	cluster := []string{"10.63.1.10", "10.62.1.10", "10.62.2.10"}
 	answered := func(from, ecs string, want []string, scope int) func() error {
-		return func() error {
-			for _, proto := range []string{"udp", "tcp"} {
-				r, err := askFrom(c, proto, from, ecs, name, dns.TypeA)
-				if err != nil {
-					return err
-				}
-				if got := aRecords(r); !slices.Equal(got, want) || ecsScope(r) != scope {
-					return fmt.Errorf("from %s (ECS %q) over %s: %q scope %d, want %q scope %d", from, ecs, proto, got, ecsScope(r), want, scope)
-				}
-			}
-			return nil
-		}
+		return answersFrom(c, from, ecs, name, want, scope)
 	}
 	eventually(t, "answers from node a", answered(nodeA, "", fromA, -1))
 
