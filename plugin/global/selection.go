@@ -125,9 +125,10 @@ func (s *selection) answersTier(t uint8) bool {
 
 // reshape makes the view of a zonal name or a client-ranked answer: the records of the name's
 // topology zone (a prefer name's, when it has some), ranked from the client, no more than limit
-// of each family (of family alone, when not 0: the question's). The index reads only what the
-// answer holds (Service.Nearest); one endpoint's few records are ranked as they are.
-func (s *selection) reshape(family index.Family, limit int) {
+// of each family (both, whatever the question: one remembered view answers A, AAAA and SRV). The
+// index reads only what the answer holds (Service.Nearest); one endpoint's few records are ranked
+// as they are.
+func (s *selection) reshape(limit int) {
 	n := &s.name
 	zone := ""
 	if n.zonal != zonalNone {
@@ -140,7 +141,7 @@ func (s *selection) reshape(family index.Family, limit int) {
 	case s.client == nil && zone == "":
 		s.view = s.svc.Select(n.cluster, n.host, nil, limit)
 	case n.host == "":
-		s.view = s.svc.Nearest(n.cluster, zone, family, s.client, nil, limit)
+		s.view = s.svc.Nearest(n.cluster, zone, 0, s.client, nil, limit)
 	case s.client == nil:
 		s.view = s.svc.Select(n.cluster, n.host, s.inZone, limit)
 	default:

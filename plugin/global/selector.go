@@ -37,13 +37,19 @@ func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n
 // family: the view, the policy and the records kept, and whether the name exists.
 func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	n := &s.name
-	if s.svc != nil {
+	// A name ranked whole from the client: its ranked view is empty where the cluster's is.
+	whole := s.client != nil && n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto
+	switch {
+	case s.svc == nil:
+	case whole:
+		s.view = s.svc.Nearest(n.cluster, "", 0, s.client, nil, limit)
+	default:
 		s.view = s.svc.Select(n.cluster, n.host, portFilter(s, limit), limit)
 	}
 	// A zonal name exists where its service's name does.
 	s.exists = exists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
-	if s.svc != nil && (n.zonal != zonalNone || s.client != nil) {
-		s.reshape(familyOf(qtype), limit)
+	if s.svc != nil && !whole && (n.zonal != zonalNone || s.client != nil) {
+		s.reshape(limit)
 	}
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
 	s.policy, s.from = c.policyOf(s.zone, s.svc)
@@ -56,17 +62,6 @@ func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	if qtype != dns.TypeA && qtype != dns.TypeAAAA {
 		s.srv = keepTargets(s.policy, s.view, n)
 	}
-}
-
-// familyOf is the one address family an answer to qtype holds (A, AAAA), else 0: both.
-func familyOf(qtype uint16) index.Family {
-	switch qtype {
-	case dns.TypeA:
-		return index.IPv4
-	case dns.TypeAAAA:
-		return index.IPv6
-	}
-	return 0
 }
 
 // portFilter is what the view of an SRV name keeps when its service holds more records than an

@@ -2,6 +2,7 @@ package index
 
 import (
 	"cmp"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -39,6 +40,11 @@ type clientTiers struct {
 	local    [2][2]uint8
 	clusters []clusterTier // the linked clusters with a locality (a few: looked up without hashing)
 	farthest uint8         // the others'
+
+	// class is the client's labels that decide its tiers (classOf), and the hash of its class and
+	// of its node: the key of remembered answers (memo.go).
+	class               string
+	classHash, nodeHash uint64
 }
 
 type clusterTier struct {
@@ -62,7 +68,9 @@ func (c *Client) tiersFrom(t *Topology) *clientTiers {
 	if ct := c.tiers.Load(); ct != nil && ct.topo == t {
 		return ct
 	}
-	ct := &clientTiers{topo: t, farthest: t.tierAt("", "", "", c)}
+	class := classOf(c, t)
+	ct := &clientTiers{topo: t, farthest: t.tierAt("", "", "", c),
+		class: class, classHash: maphash.String(memoSeed, class), nodeHash: maphash.String(memoSeed, c.Node)}
 	for node, onNode := range [2]string{"", c.Node} {
 		for zone, inZone := range [2]string{"", c.Zone()} {
 			ct.local[node][zone] = t.tierAt(t.Local, onNode, inZone, c)

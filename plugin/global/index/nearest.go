@@ -22,6 +22,9 @@ type placements struct {
 	localAt int
 	// zones are the mirrors' zone localities, as s.clusters (the local member's, if any, "").
 	zones []string
+	// hosts are the nodes that hold local ready records.
+	hosts map[string]bool
+	memo  memo // answers remembered (memo.go)
 }
 
 type localPlaces struct {
@@ -57,6 +60,10 @@ func (s *Service) places() *placements {
 			}
 			if r.Local.NodeName != "" {
 				lp.byNode[r.Local.NodeName] = append(lp.byNode[r.Local.NodeName], r)
+				if p.hosts == nil {
+					p.hosts = map[string]bool{}
+				}
+				p.hosts[r.Local.NodeName] = true
 			}
 			if r.Local.Zone != "" {
 				lp.byZone[r.Local.Zone] = append(lp.byZone[r.Local.Zone], r)
@@ -82,12 +89,44 @@ func (c *clusterRun) span(f int) [2]int32 {
 // order: ranked from client c when it is not nil, each record then with its tier from c
 // (Topology.ClientTier), in the order Topology.Ranked gives; else the index's order. It reads the
 // records it returns, and at most as many more: for a client, those of nearer tiers when a
-// farther tier holds local records.
+// farther tier holds local records. Without keep, the answer is remembered (memo.go): the view
+// returned is shared, and must not be changed.
 func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep func(*Record) bool, limit int) View {
-	w := nearestWalk{s: s, p: s.places(), rs: s.Records(), zone: zone, c: c, keep: keep, limit: limit}
+	p := s.places()
+	var tiers *clientTiers
 	if c != nil {
-		w.tiers, w.czone = c.tiersFrom(s.topo), c.Zone()
+		tiers = c.tiersFrom(s.topo)
 	}
+	if keep != nil {
+		return s.walk(p, zone, c, tiers, keep, limit).view(cluster, family)
+	}
+	k, h := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}, uint64(0)
+	if c != nil {
+		k.class, h = tiers.class, tiers.classHash
+		if p.hosts[c.Node] {
+			k.node, h = c.Node, h^tiers.nodeHash
+		}
+	}
+	slot := p.memo.slot(&k, h)
+	if e := slot.Load(); e != nil && e.key == k {
+		return e.view
+	}
+	v := s.walk(p, zone, c, tiers, nil, limit).view(cluster, family)
+	slot.Store(&memoEntry{k, v})
+	return v
+}
+
+// walk returns the walk of a Nearest question.
+func (s *Service) walk(p *placements, zone string, c *Client, tiers *clientTiers, keep func(*Record) bool, limit int) *nearestWalk {
+	w := &nearestWalk{s: s, p: p, rs: s.Records(), zone: zone, c: c, tiers: tiers, keep: keep, limit: limit}
+	if c != nil {
+		w.czone = c.Zone()
+	}
+	return w
+}
+
+// view walks the answer of cluster's records of family.
+func (w *nearestWalk) view(cluster string, family Family) View {
 	var buf [12]run
 	runs := w.plan(cluster, buf[:0])
 	var v View
