@@ -866,9 +866,29 @@ func micro(ctx context.Context, _ *harness.ControlPlane, _ options, r *report) e
 	}
 	r.goal("Memory per watched Pod at 100k Pods (client_locality pod; in process: `go test -bench PodTable ./plugin/global/watch/`)", "≤ 150 B",
 		fmt.Sprintf("live %.0f bytes (median of %d)", quantile(perPod, .5), len(perPod)))
+	if err := rankedMemory(r, run); err != nil {
+		return err
+	}
 	msAt := func(n string) string { return fmt.Sprintf("%.0f", quantile(at(n, "ns/op"), .5)/1e6) }
 	r.goal("Start-up work in process, 1k / 10k / 100k global services (lists to published index, median of 3)", "grows linearly",
 		fmt.Sprintf("%s / %s / %s ms", msAt("1000"), msAt("10000"), msAt("100000")))
+	return nil
+}
+
+// rankedMemory reports what answers ranked from clients keep beside a service, with run, the
+// micro step's go test.
+func rankedMemory(r *report, run func([]string, ...string) ([]string, error)) error {
+	out, err := run(nil, "-bench", "RankedMemory", "-benchtime", "1x", "-count", "3", "./plugin/global/index/")
+	if err != nil {
+		return err
+	}
+	placed, memo := benchMetric(out, "placed-B/record"), benchMetric(out, "memo-B/answer")
+	if len(placed) == 0 || len(memo) == 0 {
+		return fmt.Errorf("no placed-B/record or memo-B/answer in %q", out)
+	}
+	r.goal("Memory of ranked answers, a service of 10,000 endpoints on 100 nodes (client_locality; in process: `go test -bench RankedMemory ./plugin/global/index/`)",
+		"≤ 32 B per record placed; ≤ 3 KB per remembered answer of 100 records, 64 at most per service",
+		fmt.Sprintf("%.0f B per record, %.0f B per answer (medians of %d)", quantile(placed, .5), quantile(memo, .5), len(placed)))
 	return nil
 }
 

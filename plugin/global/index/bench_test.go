@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -114,4 +115,61 @@ func BenchmarkMerge(b *testing.B) {
 			topo.Build(k, src)
 		}
 	})
+}
+
+// BenchmarkRankedMemory is what answers ranked from clients keep beside a local service of 10,000
+// endpoints on 100 nodes over 3 zones: its records grouped by node and zone (placed-B/record), and
+// the answers remembered (memo-B/answer) once clients on each node have asked, each answer holding
+// up to 100 records of a family (what a 512-byte reply is read for). Live heap after a full GC.
+func BenchmarkRankedMemory(b *testing.B) {
+	const n, nodes, limit = 10000, 100, 100
+	zones := []string{"za", "zb", "zc"}
+	src := indextest.New()
+	k := index.Key{Namespace: "db", Name: "big"}
+	var sls []*index.Slice
+	for s := 0; s*100 < n; s++ {
+		var eps []index.Endpoint
+		for e := s * 100; e < (s+1)*100; e++ {
+			node := e % nodes
+			eps = append(eps, indextest.Placed(indextest.Endpoint(fmt.Sprintf("big-%d", e), fmt.Sprintf("10.1.%d.%d", e/250, e%250)),
+				zones[node%3], fmt.Sprintf("node-%d", node)))
+		}
+		sls = append(sls, indextest.Slice(dbPort, eps...))
+	}
+	src.Add(k, &index.Member{Namespace: "db", Name: "big", Origin: index.Origin{Ports: dbPort}}, sls...)
+	var clients []*index.Client
+	for i := range nodes {
+		clients = append(clients, &index.Client{Node: fmt.Sprintf("node-%d", i), Labels: map[string]string{index.ZoneKey: zones[i%3]}})
+	}
+	live := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	all := func(*index.Record) bool { return true }
+	for range b.N {
+		b.StopTimer()
+		ix := index.New(indextest.Topology(), src)
+		ix.Changed(k)
+		ix.Start()
+		ix.Publish()
+		svc := ix.Snapshot().Service(k)
+		before := live()
+		b.StartTimer()
+		svc.Nearest("", "", 0, clients[0], all, 1) // a filter: placed, nothing remembered
+		b.StopTimer()
+		placed := live()
+		for _, c := range clients {
+			if v := svc.Nearest("", "", 0, c, nil, limit); len(v.A) != limit {
+				b.Fatalf("%s: %d records", c.Node, len(v.A))
+			}
+		}
+		remembered := live()
+		b.ReportMetric(float64(placed-before)/n, "placed-B/record")
+		b.ReportMetric(float64(remembered-placed)/float64(index.Remembered(svc)), "memo-B/answer")
+		b.ReportMetric(float64(index.Remembered(svc)), "answers")
+		runtime.KeepAlive(ix)
+		b.StartTimer()
+	}
 }

@@ -286,3 +286,14 @@ func LargestLeaf(s *Snapshot) (int, int) {
 	s.root.leaves(func(leaf shard) { most = max(most, len(leaf)) })
 	return most, leafMax
 }
+
+// Remembered is how many answers svc remembers (memo.go).
+func Remembered(svc *Service) int {
+	p, n := svc.placed.Load(), 0
+	for i := range p.memo.slots {
+		if p.memo.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
+}
