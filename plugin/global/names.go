@@ -159,16 +159,17 @@ func parseMCSName(qname, zone string) name {
 	case n == 2:
 		return name{form: formService, svc: l[0], ns: l[1]}
 	case n == 3 && u0:
-		return name{form: formProto, proto: l[0][1:], svc: l[1], ns: l[2]}
+		return name{form: formProto, proto: protocol(l[0]), svc: l[1], ns: l[2]}
 	case n == 4 && u0 && u1:
-		return name{form: formSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], ns: l[3]}
+		return name{form: formSRV, port: l[0][1:], proto: protocol(l[1]), svc: l[2], ns: l[3]}
 	case n == 4 && !u0 && !u1:
 		return name{form: formService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
 	}
 	return name{}
 }
 
-// name is a parsed query name. Labels are lower case; port and proto have no underscore.
+// name is a parsed query name. Labels are lower case; port and proto have no underscore, and proto
+// is spelled as Kubernetes does (protocol).
 type name struct {
 	form                   form
 	svc, ns, cluster, host string
@@ -196,7 +197,23 @@ func (n *name) matches(r *index.Record) bool {
 // matchesPort reports whether port p is one n asks for: named n.port ("" any) of protocol n.proto
 // ("" any). A name without port labels matches every port: an SRV question of it answers them all.
 func (n *name) matchesPort(p index.Port) bool {
-	return (n.port == "" || p.Name == n.port) && (n.proto == "" || strings.EqualFold(p.Protocol, n.proto))
+	return (n.port == "" || p.Name == n.port) && (n.proto == "" || p.Protocol == n.proto)
+}
+
+// protocol is the protocol of an _<proto> label as Kubernetes spells it (TCP, UDP, SCTP, the values
+// it admits), so that ports compare to it without folding case; any other label as it is, the
+// protocol of no port.
+func protocol(label string) string {
+	switch p := label[1:]; p {
+	case "tcp":
+		return "TCP"
+	case "udp":
+		return "UDP"
+	case "sctp":
+		return "SCTP"
+	default:
+		return p
+	}
 }
 
 // nameserverLabel is the name under each zone that the apex NS record points at; nameserverParent
@@ -237,17 +254,17 @@ func parseName(qname, zone string) name {
 	case n == 1:
 		return name{form: formService, svc: l[0], short: true}
 	case n == 2 && u0:
-		return name{form: formProto, proto: l[0][1:], svc: l[1], short: true}
+		return name{form: formProto, proto: protocol(l[0]), svc: l[1], short: true}
 	case n == 2:
 		return name{form: formService, svc: l[0], ns: l[1]}
 	case n == 3 && u0 && u1:
-		return name{form: formSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], short: true}
+		return name{form: formSRV, port: l[0][1:], proto: protocol(l[1]), svc: l[2], short: true}
 	case n == 3 && u0:
-		return name{form: formProto, proto: l[0][1:], svc: l[1], ns: l[2]}
+		return name{form: formProto, proto: protocol(l[0]), svc: l[1], ns: l[2]}
 	case n == 3:
 		return name{form: formService, cluster: l[0], svc: l[1], ns: l[2]}
 	case n == 4 && u0 && u1:
-		return name{form: formSRV, port: l[0][1:], proto: l[1][1:], svc: l[2], ns: l[3]}
+		return name{form: formSRV, port: l[0][1:], proto: protocol(l[1]), svc: l[2], ns: l[3]}
 	case n == 4 && !u0 && !u1:
 		return name{form: formService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
 	}

@@ -37,18 +37,19 @@ func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n
 // family: the view, the policy and the records kept, and whether the name exists.
 func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	n := &s.name
-	// A name ranked whole from the client: its ranked view is empty where the cluster's is.
-	whole := s.client != nil && n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto
+	reshape := false
 	switch {
 	case s.svc == nil:
-	case whole:
+	case s.client != nil && n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto:
+		// Ranked whole from the client: the ranked view is empty where the cluster's is.
 		s.view = s.svc.Nearest(n.cluster, "", 0, s.client, nil, limit)
 	default:
 		s.view = s.svc.Select(n.cluster, n.host, portFilter(s, limit), limit)
+		reshape = n.zonal != zonalNone || s.client != nil
 	}
 	// A zonal name exists where its service's name does.
 	s.exists = exists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
-	if s.svc != nil && !whole && (n.zonal != zonalNone || s.client != nil) {
+	if reshape {
 		s.reshape(limit)
 	}
 	// The policy chooses among the records a name has, never whether it has any: rcodes are all's.
