@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/contract"
 
 	"github.com/coredns/caddy"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -163,11 +163,8 @@ func validZone(zone string) bool {
 
 // localityKey expands the short forms zone and region and checks the key is a label key.
 func localityKey(c *caddy.Controller, k string) (string, error) {
-	switch k {
-	case "zone":
-		return index.ZoneKey, nil
-	case "region":
-		return index.RegionKey, nil
+	if x := contract.LocalityKey(k); x != k {
+		return x, nil
 	}
 	if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 		return "", c.Errf("%q is not a label key: %s", k, strings.Join(errs, "; "))

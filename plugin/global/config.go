@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/watch"
 	"github.com/globaldns/global/plugin/global/writer"
@@ -23,7 +24,11 @@ import (
 
 // The Corefile: `global [ZONES...] { OPTION ARGS... }` parses into Global, each option into its
 // field (global.go). Adding an option is its field, its case in parseOption (or parseAPIOption),
-// its default in defaults when not the zero value, its README line and a test.
+// its default in defaults when not the zero value, its README line and a test. An option the
+// outside depends on (what the plugin reads or writes through the API, its Lease, its topology)
+// is in the contract too: its case in contract.Options.set (what linkerd-global's check reads),
+// its access in contract.Options.Needs and docs/rbac.md, and its line in contractDiff
+// (TestContractReadsAsThePlugin).
 
 // Defaults.
 const (
@@ -433,8 +438,8 @@ func parseTopology(c *caddy.Controller, args []string) (clusterKeys, clientKeys 
 		return nil, nil, c.Errf("topology takes 1 to %d keys", maxTopologyKeys)
 	}
 	for _, a := range args {
-		k := map[string]string{"hostname": index.HostnameKey, "cluster": index.ClusterKey}[a]
-		if k == "" {
+		k, locality := contract.TopologyKey(a)
+		if locality {
 			if k, err = localityKey(c, a); err != nil {
 				return nil, nil, err
 			}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 )
 
@@ -38,15 +39,19 @@ func explainReplica(rep replica, snap *index.Snapshot) []string {
 	for _, c := range clusters {
 		records += c.Ready + c.NotReady + c.Terminating + c.GatewayDown
 	}
-	lines := []string{fmt.Sprintf("synced=%t services=%d records=%d serial=%d age=%d cluster=%s named-by=%s leader=%s leading=%t writer=%t version=%s",
-		rep.synced, snap.Len(), records, snap.Serial, age(snap.Published), topo.Local, topo.NamedBy(), rep.leader, rep.leading, rep.writer, rep.version)}
+	lines := []string{contract.Line{}.Add(contract.KeySynced, rep.synced).Add(contract.KeyServices, snap.Len()).
+		Add(contract.KeyRecords, records).Add(contract.KeySerial, snap.Serial).Add(contract.KeyAge, age(snap.Published)).
+		Add(contract.KeyCluster, topo.Local).Add(contract.KeyNamedBy, topo.NamedBy()).Add(contract.KeyLeader, rep.leader).
+		Add(contract.KeyLeading, rep.leading).Add(contract.KeyWriter, rep.writer).Add(contract.KeyVersion, rep.version).String()}
 	names := slices.SortedFunc(maps.Keys(clusters), func(a, b string) int {
 		return cmp.Or(cmp.Compare(topo.Tier(a), topo.Tier(b)), cmp.Compare(a, b))
 	})
 	for _, name := range names {
 		c := clusters[name]
-		lines = append(lines, fmt.Sprintf("cluster=%s tier=%d why=%s locality=%s from=%s services=%d ready=%d not-ready=%d terminating=%d gateway-down=%d",
-			name, topo.Tier(name), topo.Why(name), topo.DescribeLocality(name), cmp.Or(topo.From(name), "nothing"), c.Services, c.Ready, c.NotReady, c.Terminating, c.GatewayDown))
+		lines = append(lines, contract.Line{}.Add(contract.KeyCluster, name).Add(contract.KeyTier, topo.Tier(name)).
+			Add(contract.KeyWhy, topo.Why(name)).Add(contract.KeyLocality, topo.DescribeLocality(name)).Add(contract.KeyFrom, cmp.Or(topo.From(name), "nothing")).
+			Add(contract.KeyServices, c.Services).Add(contract.KeyReady, c.Ready).Add(contract.KeyNotReady, c.NotReady).
+			Add(contract.KeyTerminating, c.Terminating).Add(contract.KeyGatewayDown, c.GatewayDown).String())
 	}
 	return lines
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
@@ -73,7 +74,7 @@ func (g *Global) build() error {
 	if g.sources != (clientSources{}) {
 		forwarders := g.forwarders
 		if forwarders == nil {
-			forwarders = []string{defaultForwarder}
+			forwarders = contract.DefaultForwarders()
 		}
 		g.clients = watch.NewClients(client, nodeKeys(g.corefile.ClientKeys), g.sources.pod, forwarders, g.ecsServices)
 		g.locator = g.clients
@@ -85,9 +86,6 @@ func (g *Global) build() error {
 	}
 	return g.buildWriter(rc)
 }
-
-// defaultForwarder is the cluster DNS's Service in kubeadm clusters and most distributions.
-const defaultForwarder = "kube-system/kube-dns"
 
 // nodeKeys are the Node labels a client's place is made of: its topology keys but its node's name
 // and its cluster.

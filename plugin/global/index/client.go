@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+
+	"github.com/globaldns/global/plugin/global/contract"
 )
 
 // Ranking from the client: a record's tier as seen from the node a query comes from, the
@@ -15,8 +17,8 @@ import (
 // Topology keys that are no node label: HostnameKey is the client's own node, ClusterKey this
 // cluster.
 const (
-	HostnameKey = "kubernetes.io/hostname"
-	ClusterKey  = "cluster"
+	HostnameKey = contract.HostnameKey
+	ClusterKey  = contract.ClusterKey
 )
 
 // DefaultClientKeys rank records from a known client when the Corefile sets no `topology`: its

@@ -6,16 +6,18 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/globaldns/global/plugin/global/contract"
 )
 
 // Well-known locality keys; `zone` and `region` in the Corefile are short for these.
 const (
-	ZoneKey   = "topology.kubernetes.io/zone"
-	RegionKey = "topology.kubernetes.io/region"
+	ZoneKey   = contract.ZoneKey
+	RegionKey = contract.RegionKey
 )
 
 // DefaultKeys is the default preference order: the same zone is better than the same region.
-var DefaultKeys = []string{ZoneKey, RegionKey}
+var DefaultKeys = contract.DefaultTopology()
 
 // Topology ranks clusters. Tier 0 is this cluster; a linked cluster gets tier i for the first
 // preference key Keys[i-1] on which its locality equals this cluster's, and len(Keys)+1 otherwise.

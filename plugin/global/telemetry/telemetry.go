@@ -1,9 +1,11 @@
-// Package telemetry names the plugin and holds what every part of it reports through: the
-// plugin's logger and its coredns_global_* Prometheus metrics.
+// Package telemetry holds what every part of the plugin reports through, under its name
+// (contract.Name): the plugin's logger and its coredns_global_* Prometheus metrics.
 package telemetry
 
 import (
 	"strconv"
+
+	"github.com/globaldns/global/plugin/global/contract"
 
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
@@ -12,7 +14,7 @@ import (
 )
 
 // Plugin is the plugin's name: its Corefile directive, log prefix and metrics subsystem.
-const Plugin = "global"
+const Plugin = contract.Name
 
 // Log is the plugin's logger.
 var Log = clog.NewWithPlugin(Plugin)

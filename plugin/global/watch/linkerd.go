@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +23,7 @@ const (
 
 	// DefaultLinksNamespace is Linkerd's multicluster namespace, where `linkerd multicluster link`
 	// and the multicluster extension put Links (linkerd2 multicluster/cmd: --namespace's default).
-	DefaultLinksNamespace = "linkerd-multicluster"
+	DefaultLinksNamespace = contract.DefaultLinksNamespace
 
 	// DefaultExportSelector selects the local Services Linkerd exports to other clusters.
 	DefaultExportSelector = "mirror.linkerd.io/exported=true"

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,18 +23,18 @@ import (
 // writer's LabelWriter, are ever updated or deleted; anything else in the way is reported and left
 // alone.
 const (
-	Domain = "globaldns.io"
+	Domain = contract.Domain
 	// LabelService names the global service an object is written for (on the Service and slices).
 	LabelService = Domain + "/global-service"
 	// LabelCluster names the member cluster whose endpoints a slice holds.
 	LabelCluster = Domain + "/source-cluster"
 	// LabelManagedBy and ManagedBy mark the Service (and slices) as written by this plugin, the
 	// Kubernetes way.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "coredns-global"
+	LabelManagedBy = contract.LabelManagedBy
+	ManagedBy      = contract.ManagedBy
 	// LabelWriter names the writer that owns an object (see Owner): another deployment of the
 	// plugin, with a lease of its own, may write objects with the labels above too.
-	LabelWriter = Domain + "/writer"
+	LabelWriter = contract.LabelWriter
 	// ControllerName is our value of endpointslice.kubernetes.io/managed-by.
 	ControllerName = "global." + Domain
 

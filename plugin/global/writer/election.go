@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/telemetry"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,8 +27,8 @@ type Election struct {
 
 // Defaults, as client-go's and kube-controller-manager's.
 const (
-	DefaultLeaseName     = "coredns-global-writer"
-	DefaultLeaseDuration = 15 * time.Second
+	DefaultLeaseName     = contract.DefaultLeaseName
+	DefaultLeaseDuration = contract.DefaultLeaseDuration
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 )

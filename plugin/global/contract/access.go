@@ -1,0 +1,102 @@
+package contract
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Access is one thing the plugin does through the API: a verb on a resource, in a namespace ("":
+// all namespaces), of one object by name ("": any).
+type Access struct {
+	Verb, Group, Resource, Namespace, Name string
+}
+
+func (a Access) String() string {
+	r := a.Resource
+	if a.Group != "" {
+		r += "." + a.Group
+	}
+	if a.Name != "" {
+		r += " " + a.Name
+	}
+	if a.Namespace == "" {
+		return a.Verb + " " + r + " (all namespaces)"
+	}
+	return a.Verb + " " + r + " in " + a.Namespace
+}
+
+// each is access of every verb on resource of group, in each of namespaces (none: all).
+func each(namespaces []string, group, resource string, verbs ...string) []Access {
+	if len(namespaces) == 0 {
+		namespaces = []string{""}
+	}
+	var out []Access
+	for _, ns := range namespaces {
+		for _, v := range verbs {
+			out = append(out, Access{Verb: v, Group: group, Resource: resource, Namespace: ns})
+		}
+	}
+	return out
+}
+
+// Needs is what the plugin does through the API with options o (docs/rbac.md): its reads, with
+// client_locality those of its clients, and with the writer its writes and its Lease. Without
+// these, it does not work; the topology's reads (TopologyReads) it does without.
+func (o *Options) Needs() []Access {
+	out := append(each(o.Namespaces, "", "services", "list", "watch"), each(o.Namespaces, "discovery.k8s.io", "endpointslices", "list", "watch")...)
+	if len(o.ClientLocality) > 0 {
+		// Where clients run: Nodes always; Pods with pod; the slices of the forwarders' and of
+		// client_ecs_from's Services, in their namespaces when not all are watched.
+		out = append(out, each(nil, "", "nodes", "list", "watch")...)
+		if o.ClientSource("pod") {
+			out = append(out, each(nil, "", "pods", "list", "watch")...)
+		}
+		if len(o.Namespaces) > 0 {
+			out = append(out, each(o.serviceNamespaces(), "discovery.k8s.io", "endpointslices", "list", "watch")...)
+		}
+	}
+	if !o.Writer {
+		return out
+	}
+	out = append(out, each(o.Namespaces, "", "services", "get", "create", "update", "delete")...)
+	out = append(out, each(o.Namespaces, "discovery.k8s.io", "endpointslices", "get", "create", "update", "delete")...)
+	out = append(out, each(o.Namespaces, "", "events", "create", "patch")...)
+	if o.ServiceImports {
+		out = append(out, each(o.Namespaces, "multicluster.x-k8s.io", "serviceimports", "get", "list", "watch", "create", "update", "delete")...)
+	}
+	if o.Owner[0] != "" {
+		resource, group, _ := strings.Cut(o.Owner[0], ".")
+		out = append(out, Access{Verb: "get", Group: group, Resource: resource, Name: o.Owner[1]})
+	}
+	return append(out,
+		Access{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: o.LeaseNamespace},
+		Access{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Namespace: o.LeaseNamespace, Name: o.LeaseName},
+		Access{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: o.LeaseNamespace, Name: o.LeaseName})
+}
+
+// serviceNamespaces are the namespaces of the Services client_forwarders and client_ecs_from name
+// that the plugin does not watch anyway, each once.
+func (o *Options) serviceNamespaces() []string {
+	var out []string
+	for _, s := range append(slices.Clone(o.Forwarders), o.ECSFrom...) {
+		ns, _, ok := strings.Cut(s, "/")
+		if _, err := netip.ParsePrefix(s); err == nil || !ok || o.Watches(ns) || slices.Contains(out, ns) {
+			continue
+		}
+		out = append(out, ns)
+	}
+	return out
+}
+
+// LinksRead is the read of Linkerd's Links, in links_namespace: without it, where the API serves
+// Links, no linked cluster's mirror is answered.
+func (o *Options) LinksRead() []Access {
+	return each([]string{o.LinksNamespace}, "multicluster.linkerd.io", "links", "list", "watch")
+}
+
+// TopologyReads are the optional reads of the topology the Corefile leaves out: each source the
+// plugin cannot read is logged once and says nothing.
+func TopologyReads() []Access {
+	return append(each(nil, "about.k8s.io", "clusterproperties", "list", "watch"), each(nil, "", "nodes", "list", "watch")...)
+}

@@ -1,0 +1,71 @@
+// Package contract is what the global plugin shows the outside, written once: the names and
+// defaults of its Corefile options and a reader of its `global` block (options.go), the API access
+// each option needs (access.go), the labels and Lease it writes, and the keys of its explanations
+// with their one writer and one reader (explanation.go). The plugin, the linkerd-global CLI and
+// the tests read it from here, so that a drift between them fails to compile or fails a test. It
+// depends on neither CoreDNS nor client-go.
+package contract
+
+import "time"
+
+// Name is the plugin's name: its Corefile directive, and the zone its names live under.
+const Name = "global"
+
+// The locality keys of a cluster's place, as Kubernetes names them; `zone` and `region` are their
+// short forms in the Corefile. HostnameKey and ClusterKey are the `topology` words for a client's
+// own node and this cluster, which are no label of a locality.
+const (
+	ZoneKey     = "topology.kubernetes.io/zone"
+	RegionKey   = "topology.kubernetes.io/region"
+	HostnameKey = "kubernetes.io/hostname"
+	ClusterKey  = "cluster"
+)
+
+// DefaultTopology are the keys deciding the cluster's tiers when the Corefile sets no `topology`.
+func DefaultTopology() []string { return []string{ZoneKey, RegionKey} }
+
+// LocalityKey expands the short forms zone and region of a locality key; other keys are as given.
+func LocalityKey(k string) string {
+	switch k {
+	case "zone":
+		return ZoneKey
+	case "region":
+		return RegionKey
+	}
+	return k
+}
+
+// TopologyKey is the key a word of `topology` names, and whether it is a locality key (LocalityKey),
+// one of the cluster's tiers too; the words hostname and cluster name HostnameKey and ClusterKey.
+func TopologyKey(word string) (key string, locality bool) {
+	switch word {
+	case "hostname":
+		return HostnameKey, false
+	case "cluster":
+		return ClusterKey, false
+	}
+	return LocalityKey(word), true
+}
+
+// The writer's Lease when the Corefile names none (its namespace is then the pod's).
+const (
+	DefaultLeaseName     = "coredns-global-writer"
+	DefaultLeaseDuration = 15 * time.Second
+)
+
+// DefaultLinksNamespace is where Linkerd's Links count unless links_namespace says otherwise:
+// Linkerd's multicluster namespace.
+const DefaultLinksNamespace = "linkerd-multicluster"
+
+// DefaultForwarders are the Services whose pods forward every client's queries (client_forwarders).
+func DefaultForwarders() []string { return []string{"kube-system/kube-dns"} }
+
+// What marks the objects the writer writes.
+const (
+	Domain = "globaldns.io"
+	// LabelWriter names the writer (its Lease, <namespace>.<name>) that owns an object.
+	LabelWriter = Domain + "/writer"
+	// LabelManagedBy and ManagedBy mark an object as written by this plugin, the Kubernetes way.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "coredns-global"
+)

@@ -1,0 +1,132 @@
+package contract
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestLine: a line written is read back as written, and a line read leniently keeps prose with
+// the value before it.
+func TestLine(t *testing.T) {
+	l := Line{}.Add(KeySynced, true).Add(KeyServices, 2).Add(KeyVersion, "1.15.0+abc").Add(KeyTier, uint8(3))
+	if s := l.String(); s != "synced=true services=2 version=1.15.0+abc tier=3" {
+		t.Errorf("written %q", s)
+	}
+	if got := ParseLine(l.String()); !slices.Equal(got, l) {
+		t.Errorf("read back %q, wrote %q", got, l)
+	}
+	p := ParseLine("exists=false: no global service db/nope")
+	if len(p) != 1 || p.Get(KeyExists) != "false: no global service db/nope" {
+		t.Errorf("%q", p)
+	}
+	p = ParseLine("synced=true services=2 future=x")
+	if p.Get(KeyServices) != "2" || p.Get("future") != "x" || p.Has("nope") || !p.Has(KeySynced) {
+		t.Errorf("%q", p)
+	}
+}
+
+// TestRead: the defaults, and each option the contract reads.
+func TestRead(t *testing.T) {
+	o, err := Read(nil)
+	if err != nil || !o.Writer || o.LeaseName != DefaultLeaseName || o.LeaseDuration != DefaultLeaseDuration ||
+		o.LinksNamespace != DefaultLinksNamespace || !slices.Equal(o.Topology, DefaultTopology()) || !slices.Equal(o.Forwarders, DefaultForwarders()) {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+	o, err = Read([][]string{{"endpointslices", "off"}, {"serviceimports", "on"}, {"namespaces", "db", "web"}, {"lease", "dns", "w"},
+		{"lease_duration", "20s"}, {"locality", "east", "zone=a", "region=r", "rack=1"}, {"topology", "hostname", "zone", "cluster", "rack"},
+		{"links_namespace", "links"}, {"client_locality", "pod", "ecs"}, {"client_ecs_from", "10.0.0.0/8", "dns/ecs"}, {"ttl", "5"}})
+	if err != nil || o.Writer || !o.ServiceImports || !slices.Equal(o.Namespaces, []string{"db", "web"}) || o.LeaseNamespace != "dns" ||
+		o.LeaseName != "w" || o.LeaseDuration != 20*time.Second || o.LinksNamespace != "links" ||
+		o.Localities["east"][ZoneKey] != "a" || o.Localities["east"][RegionKey] != "r" || o.Localities["east"]["rack"] != "1" ||
+		!slices.Equal(o.Topology, []string{ZoneKey, "rack"}) || !o.ClientSource("pod") || o.ClientSource("node") ||
+		!slices.Equal(o.ECSFrom, []string{"10.0.0.0/8", "dns/ecs"}) {
+		t.Errorf("%+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"lease", "one"}, {"lease_duration", "soon"}, {"locality", "east"}, {"links_namespace"}} {
+		if _, err := Read([][]string{bad}); err == nil {
+			t.Errorf("%q read", bad)
+		}
+	}
+}
+
+// TestNeeds: the access each option needs, among them the Pods read of client_locality pod and
+// the forwarders' slices outside the watched namespaces.
+func TestNeeds(t *testing.T) {
+	has := func(as []Access, s string) bool {
+		return slices.ContainsFunc(as, func(a Access) bool { return a.String() == s })
+	}
+	o, _ := Read([][]string{{"endpointslices", "off"}})
+	if n := o.Needs(); len(n) != 4 || has(n, "list nodes (all namespaces)") {
+		t.Errorf("the reads alone: %v", n)
+	}
+	o, _ = Read([][]string{{"client_locality", "node"}})
+	if n := o.Needs(); !has(n, "watch nodes (all namespaces)") || has(n, "list pods (all namespaces)") ||
+		!has(n, "update leases.coordination.k8s.io coredns-global-writer (all namespaces)") {
+		t.Errorf("client_locality node: %v", n)
+	}
+	o, _ = Read([][]string{{"client_locality", "pod", "ecs"}, {"namespaces", "db"}, {"client_ecs_from", "10.0.0.0/8", "dns/ecs", "db/ecs"}})
+	n := o.Needs()
+	for _, want := range []string{"list pods (all namespaces)", "watch pods (all namespaces)", "list endpointslices.discovery.k8s.io in kube-system",
+		"watch endpointslices.discovery.k8s.io in dns", "create events in db", "list services in db"} {
+		if !has(n, want) {
+			t.Errorf("client_locality pod ecs in db: no %q in %v", want, n)
+		}
+	}
+	if has(n, "list services (all namespaces)") || has(n, "list endpointslices.discovery.k8s.io in db/ecs") {
+		t.Errorf("client_locality pod ecs in db: %v", n)
+	}
+}
+
+// TestRBACDoc: docs/rbac.md's rules grant everything the plugin needs with every option on, and
+// nothing it does not need.
+func TestRBACDoc(t *testing.T) {
+	text, err := os.ReadFile("../../../docs/rbac.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)~~~ yaml\n(.*?)~~~").FindSubmatch(text)
+	if block == nil {
+		t.Fatal("docs/rbac.md has no yaml block")
+	}
+	var rules []struct {
+		APIGroups, Resources, ResourceNames, Verbs []string
+	}
+	if err := yaml.Unmarshal(block[1], &rules); err != nil || len(rules) < 5 {
+		t.Fatalf("docs/rbac.md's rules: %v, %v", rules, err)
+	}
+	o, _ := Read([][]string{{"serviceimports", "on"}, {"client_locality", "pod"}, {"owner", "clusterroles.rbac.authorization.k8s.io", "coredns-global-write"}})
+	needs := append(append(o.Needs(), o.LinksRead()...), TopologyReads()...)
+	granted := func(a Access) bool {
+		for _, r := range rules {
+			if slices.Contains(r.APIGroups, a.Group) && slices.Contains(r.Resources, a.Resource) && slices.Contains(r.Verbs, a.Verb) &&
+				(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, a.Name)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, a := range needs {
+		if !granted(a) {
+			t.Errorf("docs/rbac.md grants no %s", a)
+		}
+	}
+	for i, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					a := Access{Verb: v, Group: g, Resource: res}
+					if !slices.ContainsFunc(needs, func(n Access) bool {
+						return n.Verb == v && n.Group == g && n.Resource == res && (len(r.ResourceNames) == 0) == (n.Name == "")
+					}) {
+						t.Errorf("docs/rbac.md rule %d grants %s, which nothing needs", i+1, a)
+					}
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package global
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/globaldns/global/plugin/global/contract"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/caddy/caddyfile"
+)
+
+// TestContractReadsAsThePlugin: contract.Read, which the CLI reads a Corefile with, reads every
+// option of the contract as the plugin's own parser does, in the repository's example Corefiles,
+// the READMEs' Corefile blocks and a block setting each of them.
+func TestContractReadsAsThePlugin(t *testing.T) {
+	corefiles := map[string]string{"every option": `.:53 {
+global {
+    serviceimports on
+    namespaces db web
+    links_namespace links
+    lease dns writer
+    lease_duration 20s
+    locality east zone=a region=r rack=1
+    locality west zone=b
+    topology hostname zone cluster rack
+    client_locality pod ecs
+    client_forwarders kube-system/kube-dns dns/cache
+    client_ecs_from 10.0.0.0/8 fd00::/8 dns/ecs
+}
+}
+`, "defaults": ".:53 {\n    global\n}\n", "no writer": ".:53 {\n    global {\n        endpointslices off\n    }\n}\n"}
+	files, err := filepath.Glob("../../corefile/*.Corefile")
+	if err != nil || len(files) < 3 {
+		t.Fatalf("example Corefiles: %v, %v", files, err)
+	}
+	fence := regexp.MustCompile("(?s)```corefile\n(.*?)```")
+	for _, doc := range []string{"../../README.md", "README.md", "../../docs/install.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range fence.FindAllStringSubmatch(string(text), -1) {
+			corefiles[doc+" block "+string(rune('1'+i))] = m[1]
+		}
+	}
+	for _, f := range files {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		corefiles[f] = string(text)
+	}
+	read := 0
+	for name, text := range corefiles {
+		for _, stanza := range globalStanzas(t, name, text) {
+			c := caddy.NewTestController("dns", "")
+			c.Dispenser = caddyfile.NewDispenserTokens(name, stanza)
+			g, err := parse(c)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				continue
+			}
+			o, err := contract.Read(optionLines(stanza))
+			if err != nil {
+				t.Errorf("%s: contract: %v", name, err)
+				continue
+			}
+			if diff := contractDiff(g, &o); diff != "" {
+				t.Errorf("%s: the contract reads %s", name, diff)
+			}
+			read++
+		}
+	}
+	if read < 3+len(files) {
+		t.Errorf("read %d global stanzas of %d Corefiles", read, len(corefiles))
+	}
+}
+
+// globalStanzas returns the tokens of each `global` stanza of the Corefile text.
+func globalStanzas(t *testing.T, name, text string) [][]caddyfile.Token {
+	t.Helper()
+	blocks, err := caddyfile.Parse(name, strings.NewReader(text), nil)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var out [][]caddyfile.Token
+	for _, b := range blocks {
+		if ts := b.Tokens[contract.Name]; len(ts) > 0 {
+			out = append(out, ts)
+		}
+	}
+	return out
+}
+
+// optionLines are the option lines of the block of a stanza's tokens, as the CLI reads them.
+func optionLines(ts []caddyfile.Token) [][]string {
+	var out [][]string
+	depth, line := 0, -1
+	for _, t := range ts {
+		switch {
+		case t.Text == "{":
+			depth++
+		case t.Text == "}":
+			depth--
+		case depth == 0:
+		case t.Line != line:
+			out, line = append(out, []string{t.Text}), t.Line
+		default:
+			out[len(out)-1] = append(out[len(out)-1], t.Text)
+		}
+	}
+	return out
+}
+
+// contractDiff says where o differs from what g parsed, "" nowhere.
+func contractDiff(g *Global, o *contract.Options) string {
+	var diffs []string
+	differs := func(what string, same bool) {
+		if !same {
+			diffs = append(diffs, what)
+		}
+	}
+	differs("endpointslices", o.Writer == g.endpointSlices)
+	differs("serviceimports", o.ServiceImports == g.writerConfig.ServiceImports)
+	differs("namespaces", slices.Equal(o.Namespaces, g.namespaces))
+	differs("links_namespace", o.LinksNamespace == g.linksNamespace)
+	differs("lease", o.LeaseName == g.election.Name && (o.LeaseNamespace == "" || o.LeaseNamespace == g.election.Namespace))
+	differs("lease_duration", o.LeaseDuration == g.election.Duration)
+	differs("locality", maps.EqualFunc(o.Localities, g.corefile.Locality, maps.Equal))
+	differs("topology", slices.Equal(o.Topology, g.corefile.Keys))
+	sources := []bool{o.ClientSource(sourceECS), o.ClientSource(sourceNode), o.ClientSource(sourcePod)}
+	differs("client_locality", slices.Equal(sources, []bool{g.sources.ecs, g.sources.node, g.sources.pod}))
+	differs("client_forwarders", slices.Equal(o.Forwarders, g.forwarders) || len(g.forwarders) == 0 && slices.Equal(o.Forwarders, contract.DefaultForwarders()))
+	var ecs []string
+	for _, p := range g.ecsFrom {
+		ecs = append(ecs, p.String())
+	}
+	differs("client_ecs_from", slices.Equal(o.ECSFrom, append(ecs, g.ecsServices...)))
+	return strings.Join(diffs, ", ")
+}
