@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -103,21 +105,21 @@ func (hc *healthChecker) checkDeploymentReady(ctx context.Context) error {
 // checkLeader: with the writer on, some replica holds the Lease and has renewed it within its duration.
 func (hc *healthChecker) checkLeader(ctx context.Context) error {
 	c := hc.in.config
-	if !c.writer {
+	if !c.Writer {
 		return errSkip // DNS-only: there is nothing to lead
 	}
-	l, err := hc.k.client.CoordinationV1().Leases(c.leaseNamespace).Get(ctx, c.leaseName, metav1.GetOptions{})
+	l, err := hc.k.client.CoordinationV1().Leases(c.LeaseNamespace).Get(ctx, c.LeaseName, metav1.GetOptions{})
 	if isNotFound(err) {
-		return fmt.Errorf("no Lease %s/%s: no replica has ever led the writer", c.leaseNamespace, c.leaseName)
+		return fmt.Errorf("no Lease %s/%s: no replica has ever led the writer", c.LeaseNamespace, c.LeaseName)
 	}
 	if err != nil {
 		return err
 	}
 	s := l.Spec
 	if s.HolderIdentity == nil || *s.HolderIdentity == "" {
-		return fmt.Errorf("Lease %s/%s has no holder: no replica leads the writer", c.leaseNamespace, c.leaseName)
+		return fmt.Errorf("Lease %s/%s has no holder: no replica leads the writer", c.LeaseNamespace, c.LeaseName)
 	}
-	duration := c.leaseDuration
+	duration := c.LeaseDuration
 	if s.LeaseDurationSeconds != nil {
 		duration = time.Duration(*s.LeaseDurationSeconds) * time.Second
 	}
@@ -126,7 +128,7 @@ func (hc *healthChecker) checkLeader(ctx context.Context) error {
 		if s.RenewTime != nil {
 			since = time.Since(s.RenewTime.Time).Round(time.Second).String() + " ago"
 		}
-		return fmt.Errorf("Lease %s/%s: %s renewed it %s, and it lasts %s: the leader is gone or cannot reach the API server", c.leaseNamespace, c.leaseName, *s.HolderIdentity, since, duration)
+		return fmt.Errorf("Lease %s/%s: %s renewed it %s, and it lasts %s: the leader is gone or cannot reach the API server", c.LeaseNamespace, c.LeaseName, *s.HolderIdentity, since, duration)
 	}
 	return nil
 }
@@ -138,7 +140,7 @@ func (hc *healthChecker) checkVersion(context.Context) error {
 	}
 	var differ []string
 	for who, apex := range hc.apexes {
-		v := apex.get("version")
+		v := apex.Get(contract.KeyVersion)
 		if _, build, _ := strings.Cut(v, "+"); build != version {
 			differ = append(differ, fmt.Sprintf("%s runs %s", who, v))
 		}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/globaldns/global/plugin/global/contract"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,67 +19,12 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
-// access is one thing the plugin does through the API.
-type access struct {
-	verb, group, resource, namespace, name string
-}
-
-func (a access) String() string {
-	r := a.resource
-	if a.group != "" {
-		r += "." + a.group
-	}
-	if a.name != "" {
-		r += " " + a.name
-	}
-	if a.namespace == "" {
-		return a.verb + " " + r + " (all namespaces)"
-	}
-	return a.verb + " " + r + " in " + a.namespace
-}
-
-// each is access of every verb on resource of group, in each of namespaces ("" for all).
-func each(namespaces []string, group, resource string, verbs ...string) []access {
-	if len(namespaces) == 0 {
-		namespaces = []string{""}
-	}
-	var out []access
-	for _, ns := range namespaces {
-		for _, v := range verbs {
-			out = append(out, access{verb: v, group: group, resource: resource, namespace: ns})
-		}
-	}
-	return out
-}
-
-// needs is what the plugin does with the options c (docs/rbac.md): its reads, and with the writer
-// its writes and its Lease.
-func (c *pluginConfig) needs() []access {
-	out := append(each(c.namespaces, "", "services", "list", "watch"), each(c.namespaces, "discovery.k8s.io", "endpointslices", "list", "watch")...)
-	if !c.writer {
-		return out
-	}
-	out = append(out, each(c.namespaces, "", "services", "get", "create", "update", "delete")...)
-	out = append(out, each(c.namespaces, "discovery.k8s.io", "endpointslices", "get", "create", "update", "delete")...)
-	out = append(out, each(c.namespaces, "", "events", "create", "patch")...)
-	if c.serviceImports {
-		out = append(out, each(c.namespaces, "multicluster.x-k8s.io", "serviceimports", "get", "list", "watch", "create", "update", "delete")...)
-	}
-	return append(out,
-		access{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: c.leaseNamespace},
-		access{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: c.leaseNamespace, name: c.leaseName},
-		access{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: c.leaseNamespace, name: c.leaseName})
-}
-
-// topologyReads are the optional reads of the topology the Corefile leaves out.
-var topologyReads = append(each(nil, "about.k8s.io", "clusterproperties", "list", "watch"), each(nil, "", "nodes", "list", "watch")...)
-
 func (hc *healthChecker) checkRBAC(ctx context.Context) error {
-	return hc.mayAll(ctx, hc.in.config.needs())
+	return hc.mayAll(ctx, hc.in.config.Needs())
 }
 
 func (hc *healthChecker) checkTopologyRBAC(ctx context.Context) error {
-	return hc.mayAll(ctx, topologyReads)
+	return hc.mayAll(ctx, contract.TopologyReads())
 }
 
 // checkLinksRBAC fails where the API serves Links and the plugin may not read them in
@@ -86,7 +33,7 @@ func (hc *healthChecker) checkLinksRBAC(ctx context.Context) error {
 	if served, err := hc.linksServed(); err != nil || !served {
 		return err // none served: no Links to read, every mirror counts (the --pre check warns)
 	}
-	if err := hc.mayAll(ctx, each([]string{hc.in.config.linksNamespace}, "multicluster.linkerd.io", "links", "list", "watch")); err != nil {
+	if err := hc.mayAll(ctx, hc.in.config.LinksRead()); err != nil {
 		return fmt.Errorf("%w\nso the replicas answer no linked cluster's mirror: grant the Links read of docs/rbac.md", err)
 	}
 	return nil
@@ -94,7 +41,7 @@ func (hc *healthChecker) checkLinksRBAC(ctx context.Context) error {
 
 // mayAll asks the API server, in a SubjectAccessReview per access, whether the installation's
 // ServiceAccount may do each of as: the authorizer's answer, whatever the roles' shape.
-func (hc *healthChecker) mayAll(ctx context.Context, as []access) error {
+func (hc *healthChecker) mayAll(ctx context.Context, as []contract.Access) error {
 	sa := hc.in.deploy.Spec.Template.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"
@@ -105,7 +52,7 @@ func (hc *healthChecker) mayAll(ctx context.Context, as []access) error {
 		r, err := hc.k.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               "system:serviceaccount:" + ns + ":" + sa,
 			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace, Name: a.name},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.Verb, Group: a.Group, Resource: a.Resource, Namespace: a.Namespace, Name: a.Name},
 		}}, metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("ask whether ServiceAccount %s/%s may %s: %w", ns, sa, a, err)
@@ -141,7 +88,7 @@ func (hc *healthChecker) checkCanCreate(ctx context.Context) error {
 		}
 		seen[a.String()] = true
 		r, err := hc.k.client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: a.Verb, Group: a.Group, Resource: a.Resource, Namespace: a.Namespace},
 		}}, metav1.CreateOptions{})
 		if err != nil {
 			return err
@@ -157,16 +104,16 @@ func (hc *healthChecker) checkCanCreate(ctx context.Context) error {
 }
 
 // creation is the access that creates object o, its resource as the API serves its kind.
-func creation(mapper meta.RESTMapper, o manifest) (access, error) {
+func creation(mapper meta.RESTMapper, o manifest) (contract.Access, error) {
 	gv, err := schema.ParseGroupVersion(o.apiVersion)
 	if err != nil {
-		return access{}, err
+		return contract.Access{}, err
 	}
 	m, err := mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: o.kind}, gv.Version)
 	if err != nil {
-		return access{}, fmt.Errorf("%s %s: %w", o.kind, o.name, err)
+		return contract.Access{}, fmt.Errorf("%s %s: %w", o.kind, o.name, err)
 	}
-	return access{verb: "create", group: m.Resource.Group, resource: m.Resource.Resource, namespace: o.namespace}, nil
+	return contract.Access{Verb: "create", Group: m.Resource.Group, Resource: m.Resource.Resource, Namespace: o.namespace}, nil
 }
 
 func (hc *healthChecker) checkClusterDNSExists(ctx context.Context) error {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/globaldns/global/plugin/global/contract"
+
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -70,7 +72,7 @@ func (hc *healthChecker) checkSynced(ctx context.Context) error {
 		if hc.members == nil {
 			hc.members = lines[1:]
 		}
-		if lines[0].get("synced") != "true" {
+		if lines[0].Get(contract.KeySynced) != "true" {
 			problems = append(problems, fmt.Sprintf("%s has not synced with the Kubernetes API (it answers SERVFAIL)", t.name))
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/globaldns/global/plugin/global/contract"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,11 +50,11 @@ func links(ctx context.Context, k *kube) ([]link, error) {
 
 // locality is cluster's locality as the plugin takes it: the Corefile's, else its Link's labels.
 func (c *pluginConfig) locality(cluster string, labels map[string]string) map[string]string {
-	if l := c.localities[cluster]; len(l) > 0 {
+	if l := c.Localities[cluster]; len(l) > 0 {
 		return l
 	}
 	out := map[string]string{}
-	for _, k := range c.topology {
+	for _, k := range c.Topology {
 		if v := labels[k]; v != "" {
 			out[k] = v
 		}
@@ -66,7 +68,7 @@ func (hc *healthChecker) checkClusterName(ctx context.Context) error {
 	if apex == nil {
 		return errors.New("no replica answered: see the synced check")
 	}
-	if apex.get("named-by") != "default" {
+	if apex.Get(contract.KeyNamedBy) != "default" {
 		return nil
 	}
 	ls, err := links(ctx, hc.k)
@@ -77,7 +79,7 @@ func (hc *healthChecker) checkClusterName(ctx context.Context) error {
 		return nil // alone, a cluster needs no name
 	}
 	return fmt.Errorf("neither the Corefile (cluster) nor a ClusterProperty cluster.clusterset.k8s.io names this cluster, so it is %q: "+
-		"a pod's own per-pod name is NXDOMAIN here; set clusterName to the name the other clusters' Links use", apex.get("cluster"))
+		"a pod's own per-pod name is NXDOMAIN here; set clusterName to the name the other clusters' Links use", apex.Get(contract.KeyCluster))
 }
 
 // anyApex is the first line of some replica's apex explanation, nil if none answered.
@@ -103,7 +105,7 @@ func (hc *healthChecker) checkLinks(ctx context.Context) error {
 		}
 		if len(hc.in.config.locality(l.cluster, l.labels)) == 0 {
 			problems = append(problems, fmt.Sprintf("Link %s/%s: cluster %s has no locality: no `locality %s` in the Corefile (the chart's localities), and the Link has no %s label",
-				l.namespace, l.name, l.cluster, l.cluster, strings.Join(hc.in.config.topology, " or ")))
+				l.namespace, l.name, l.cluster, l.cluster, strings.Join(hc.in.config.Topology, " or ")))
 		}
 	}
 	return problemsErr(problems)

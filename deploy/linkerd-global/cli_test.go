@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/deploy"
+	"github.com/globaldns/global/plugin/global/contract"
 
 	"sigs.k8s.io/yaml"
 )
@@ -117,13 +118,13 @@ func TestGlobalConfig(t *testing.T) {
 }
 `)
 	must(t, err)
-	if !slices.Equal(c.zones, []string{"global.", "clusterset.local."}) || c.writer || c.leaseNamespace != "dns" || c.leaseName != "writer" ||
-		!slices.Equal(c.namespaces, []string{"db", "web"}) || c.localities["east"][zoneKey] != "us-east-1a" || !slices.Equal(c.topology, []string{regionKey}) {
+	if !slices.Equal(c.zones, []string{"global.", "clusterset.local."}) || c.Writer || c.LeaseNamespace != "dns" || c.LeaseName != "writer" ||
+		!slices.Equal(c.Namespaces, []string{"db", "web"}) || c.Localities["east"][contract.ZoneKey] != "us-east-1a" || !slices.Equal(c.Topology, []string{contract.RegionKey}) {
 		t.Errorf("%+v", c)
 	}
 	c, err = globalConfig("Corefile", ".:53 {\n    global near.global global\n}\n")
 	must(t, err)
-	if !slices.Equal(c.zones, []string{"near.global.", "global."}) || !c.writer || c.leaseName != defaultLeaseName {
+	if !slices.Equal(c.zones, []string{"near.global.", "global."}) || !c.Writer || c.LeaseName != contract.DefaultLeaseName {
 		t.Errorf("%+v", c)
 	}
 	if _, err := globalConfig("Corefile", ".:53 {\n    forward . 1.1.1.1\n}\n"); err == nil {
@@ -175,17 +176,6 @@ func TestNodeLocalForwards(t *testing.T) {
 		if (c.says == "") != (got == "") || !strings.Contains(got, c.says) {
 			t.Errorf("%q for %s: %q, want %q", c.extra, c.zone, got, c.says)
 		}
-	}
-}
-
-func TestParseLine(t *testing.T) {
-	l := parseLine("exists=false: no global service db/nope")
-	if len(l) != 1 || l.get("exists") != "false: no global service db/nope" {
-		t.Errorf("%q", l)
-	}
-	l = parseLine("synced=true services=2 version=1.15.0+abc future=x")
-	if l.get("services") != "2" || l.get("version") != "1.15.0+abc" || l.get("future") != "x" || l.has("nope") {
-		t.Errorf("%q", l)
 	}
 }
 

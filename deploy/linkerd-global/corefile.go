@@ -5,34 +5,18 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/globaldns/global/plugin/global/contract"
 
 	"github.com/coredns/caddy/caddyfile"
 	"github.com/miekg/dns"
 )
 
-// The locality keys and the writer's Lease as plugin/global names them by default.
-const (
-	zoneKey              = "topology.kubernetes.io/zone"
-	regionKey            = "topology.kubernetes.io/region"
-	defaultLeaseName     = "coredns-global-writer"
-	defaultLeaseDuration = 15 * time.Second
-	// defaultLinksNamespace is links_namespace's default, Linkerd's multicluster namespace.
-	defaultLinksNamespace = "linkerd-multicluster"
-)
-
-// pluginConfig is what the checks need of the global plugin's Corefile options (plugin/global/README.md).
+// pluginConfig is what the checks need of the global plugin's Corefile: its zones, and the options
+// the contract names (contract.Options).
 type pluginConfig struct {
-	zones          []string // fully qualified, lower case
-	writer         bool     // endpointslices is not off
-	serviceImports bool
-	namespaces     []string // watched (and written) namespaces; none is all
-	linksNamespace string   // links_namespace: where Links count
-	leaseNamespace string   // "" is the pod's
-	leaseName      string
-	leaseDuration  time.Duration
-	localities     map[string]map[string]string // cluster -> locality key -> value
-	topology       []string                     // the locality keys that decide tiers
+	contract.Options
+	zones []string // fully qualified, lower case
 }
 
 // directive is one use of a directive: its arguments, and the lines of its block, tokens each.
@@ -98,14 +82,11 @@ func globalConfig(name, text string) (*pluginConfig, error) {
 		if len(ds) == 0 {
 			continue
 		}
-		c := &pluginConfig{writer: true, leaseName: defaultLeaseName, leaseDuration: defaultLeaseDuration, linksNamespace: defaultLinksNamespace,
-			localities: map[string]map[string]string{}, topology: []string{zoneKey, regionKey}}
-		c.zones = zonesOf(ds[0].args, sb.Keys)
-		for _, line := range ds[0].block {
-			if err := c.option(line[0], line[1:]); err != nil {
-				return nil, fmt.Errorf("%s: global: %s: %w", name, line[0], err)
-			}
+		o, err := contract.Read(ds[0].block)
+		if err != nil {
+			return nil, fmt.Errorf("%s: global: %w", name, err)
 		}
+		c := &pluginConfig{Options: o, zones: zonesOf(ds[0].args, sb.Keys)}
 		return c, nil
 	}
 	return nil, fmt.Errorf("%s has no global plugin", name)
@@ -127,58 +108,4 @@ func zonesOf(args, keys []string) []string {
 		}
 	}
 	return zones
-}
-
-// option records the options the checks need; the others are the plugin's business.
-func (c *pluginConfig) option(opt string, args []string) error {
-	switch opt {
-	case "endpointslices":
-		c.writer = len(args) != 1 || args[0] != "off"
-	case "serviceimports":
-		c.serviceImports = len(args) == 1 && args[0] == "on"
-	case "namespaces":
-		c.namespaces = args
-	case "links_namespace":
-		if len(args) == 1 {
-			c.linksNamespace = args[0]
-		}
-	case "lease":
-		if len(args) != 2 {
-			return fmt.Errorf("want NAMESPACE NAME, have %q", args)
-		}
-		c.leaseNamespace, c.leaseName = args[0], args[1]
-	case "lease_duration":
-		d, err := time.ParseDuration(strings.Join(args, ""))
-		if err != nil {
-			return err
-		}
-		c.leaseDuration = d
-	case "locality":
-		if len(args) < 2 {
-			return fmt.Errorf("want CLUSTER KEY=VALUE..., have %q", args)
-		}
-		kv := map[string]string{}
-		for _, a := range args[1:] {
-			k, v, _ := strings.Cut(a, "=")
-			kv[localityKey(k)] = v
-		}
-		c.localities[strings.ToLower(args[0])] = kv
-	case "topology":
-		c.topology = nil
-		for _, a := range args {
-			c.topology = append(c.topology, localityKey(a))
-		}
-	}
-	return nil
-}
-
-// localityKey expands the short forms zone and region, as the plugin does.
-func localityKey(k string) string {
-	switch k {
-	case "zone":
-		return zoneKey
-	case "region":
-		return regionKey
-	}
-	return k
 }

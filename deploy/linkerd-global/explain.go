@@ -58,11 +58,11 @@ func writeExplanation(w io.Writer, name string, rcode int, lines []line) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range lines[0] {
-		fmt.Fprintf(tw, "  %s\t%s\n", cmpOrDash(f.key), f.value)
+		fmt.Fprintf(tw, "  %s\t%s\n", cmpOrDash(f.Key), f.Value)
 	}
 	for i := 1; i < len(lines); {
 		j := i + 1
-		for j < len(lines) && len(lines[j]) > 0 && len(lines[i]) > 0 && lines[j][0].key == lines[i][0].key {
+		for j < len(lines) && len(lines[j]) > 0 && len(lines[i]) > 0 && lines[j][0].Key == lines[i][0].Key {
 			j++
 		}
 		fmt.Fprintln(tw)
@@ -77,8 +77,8 @@ func writeTable(tw *tabwriter.Writer, lines []line) {
 	var cols []string
 	for _, l := range lines {
 		for _, f := range l {
-			if !slices.Contains(cols, f.key) {
-				cols = append(cols, f.key)
+			if !slices.Contains(cols, f.Key) {
+				cols = append(cols, f.Key)
 			}
 		}
 	}
@@ -90,7 +90,7 @@ func writeTable(tw *tabwriter.Writer, lines []line) {
 	for _, l := range lines {
 		row := make([]string, len(cols))
 		for i, c := range cols {
-			row[i] = cmpOrDash(l.get(c))
+			row[i] = cmpOrDash(l.Get(c))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
@@ -104,7 +104,7 @@ func writeExplanationJSON(w io.Writer, rcode int, lines []line) error {
 	for _, l := range lines {
 		m := map[string]string{}
 		for _, f := range l {
-			m[f.key] = f.value
+			m[f.Key] = f.Value
 		}
 		out.Lines = append(out.Lines, m)
 	}

@@ -85,8 +85,8 @@ func findInstallation(ctx context.Context, k *kube, ns string) (*installation, e
 	if err != nil {
 		return nil, err
 	}
-	if c.leaseNamespace == "" {
-		c.leaseNamespace = ns
+	if c.LeaseNamespace == "" {
+		c.LeaseNamespace = ns
 	}
 	return &installation{namespace: ns, deploy: d, config: c}, nil
 }

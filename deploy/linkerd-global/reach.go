@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
+
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/portforward"
@@ -98,54 +100,14 @@ func explanation(ctx context.Context, addr, name string) (int, []line, error) {
 	var lines []line
 	for _, rr := range r.Answer {
 		if t, ok := rr.(*dns.TXT); ok {
-			lines = append(lines, parseLine(strings.Join(t.Txt, "")))
+			lines = append(lines, contract.ParseLine(strings.Join(t.Txt, "")))
 		}
 	}
 	return r.Rcode, lines, nil
 }
 
-// field is one key=value word of an explanation.
-type field struct{ key, value string }
-
 // line is one TXT string of an explanation, its fields in order.
-type line []field
-
-// parseLine reads the key=value words of s, leniently: a word without = belongs to the value
-// before it (`exists=false: no global service db/nope`), so new keys and prose both parse.
-func parseLine(s string) line {
-	var l line
-	for _, w := range strings.Fields(s) {
-		k, v, ok := strings.Cut(w, "=")
-		switch {
-		case ok && k != "":
-			l = append(l, field{key: k, value: v})
-		case len(l) == 0:
-			l = append(l, field{value: w})
-		default:
-			l[len(l)-1].value += " " + w
-		}
-	}
-	return l
-}
-
-// get returns the value of key, "" without it.
-func (l line) get(key string) string {
-	for _, f := range l {
-		if f.key == key {
-			return f.value
-		}
-	}
-	return ""
-}
-
-func (l line) has(key string) bool {
-	for _, f := range l {
-		if f.key == key {
-			return true
-		}
-	}
-	return false
-}
+type line = contract.Line
 
 // scrape returns the samples of the metrics at http://addr/metrics whose name starts with prefix,
 // by their line's name and labels: the plugin's few gauges need no exposition-format library.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/globaldns/global/plugin/global/contract"
+
 	"github.com/spf13/cobra"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,14 +82,14 @@ func status(ctx context.Context, f *globalFlags, dnsAddr string) ([]clusterStatu
 	if err != nil {
 		return nil, err
 	}
-	services, err := servicesByCluster(ctx, k, in.config.writer)
+	services, err := servicesByCluster(ctx, k, in.config.Writer)
 	if err != nil {
 		return nil, err
 	}
-	local := lines[0].get("cluster")
+	local := lines[0].Get(contract.KeyCluster)
 	var rows []clusterStatus
 	for _, l := range lines[1:] {
-		if !l.has("cluster") {
+		if !l.Has(contract.KeyCluster) {
 			continue
 		}
 		rows = append(rows, memberRow(l, local, services))
@@ -103,7 +105,7 @@ func status(ctx context.Context, f *globalFlags, dnsAddr string) ([]clusterStatu
 		row := clusterStatus{Cluster: lk.cluster, Source: "nothing", Locality: "none"}
 		if loc := in.config.locality(lk.cluster, lk.labels); len(loc) > 0 {
 			row.Locality, row.Source = describeLocality(loc), "link"
-			if len(in.config.localities[lk.cluster]) > 0 {
+			if len(in.config.Localities[lk.cluster]) > 0 {
 				row.Source = "corefile"
 			}
 		}
@@ -115,18 +117,18 @@ func status(ctx context.Context, f *globalFlags, dnsAddr string) ([]clusterStatu
 // memberRow is the row of an apex member line (cluster=west tier=2 why=... locality=... from=...
 // ready=3 not-ready=0 terminating=0 gateway-down=0).
 func memberRow(l line, local string, services map[string]int) clusterStatus {
-	num := func(k string) int { n, _ := strconv.Atoi(l.get(k)); return n }
-	row := clusterStatus{Cluster: l.get("cluster"), Locality: l.get("locality"), Source: l.get("from"),
-		Ready: num("ready"), NotReady: num("not-ready") + num("terminating") + num("gateway-down")}
-	if t, err := strconv.Atoi(l.get("tier")); err == nil {
+	num := func(k string) int { n, _ := strconv.Atoi(l.Get(k)); return n }
+	row := clusterStatus{Cluster: l.Get(contract.KeyCluster), Locality: l.Get(contract.KeyLocality), Source: l.Get(contract.KeyFrom),
+		Ready: num(contract.KeyReady), NotReady: num(contract.KeyNotReady) + num(contract.KeyTerminating) + num(contract.KeyGatewayDown)}
+	if t, err := strconv.Atoi(l.Get(contract.KeyTier)); err == nil {
 		row.Tier = &t
 	}
 	if row.Cluster != local {
-		alive := num("gateway-down") == 0
+		alive := num(contract.KeyGatewayDown) == 0
 		row.Alive = &alive
 	}
-	if l.has("services") { // a newer plugin says it itself
-		n := num("services")
+	if l.Has(contract.KeyServices) { // a newer plugin says it itself
+		n := num(contract.KeyServices)
 		row.Services = &n
 	} else if services != nil {
 		n := services[row.Cluster]
@@ -162,7 +164,7 @@ func servicesByCluster(ctx context.Context, k *kube, writer bool) (map[string]in
 func describeLocality(loc map[string]string) string {
 	var parts []string
 	for _, k := range sorted(keys(loc)) {
-		short := map[string]string{zoneKey: "zone", regionKey: "region"}[k]
+		short := map[string]string{contract.ZoneKey: "zone", contract.RegionKey: "region"}[k]
 		parts = append(parts, cmp.Or(short, k)+":"+loc[k])
 	}
 	return strings.Join(parts, ",")

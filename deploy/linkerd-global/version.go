@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/globaldns/global/plugin/global/contract"
+
 	"github.com/spf13/cobra"
 )
 
@@ -83,7 +85,7 @@ func serverVersions(ctx context.Context, f *globalFlags, dnsAddr string) map[str
 		_, lines, err := explanation(ctx, t.addr, hc.in.config.zones[0])
 		v := ""
 		if err == nil && len(lines) > 0 {
-			_, v, _ = strings.Cut(lines[0].get("version"), "+")
+			_, v, _ = strings.Cut(lines[0].Get(contract.KeyVersion), "+")
 		}
 		if v == "" {
 			v = unavailable
