@@ -313,6 +313,47 @@ func TestCLICheck(t *testing.T) {
 		restore()
 	})
 
+	// The contract's access of client_locality pod: the chart grants the Pods read with it; with
+	// the Corefile's option set and the rule dropped, check names what is missing.
+	t.Run("Pods unreadable under client_locality pod", func(t *testing.T) {
+		const desc = "RBAC grants what the Corefile's options need"
+		cms, roles := cp.Client.CoreV1().ConfigMaps(ns), cp.Client.RbacV1().ClusterRoles()
+		cm, err := cms.Get(ctx, "coredns-global", metav1.GetOptions{})
+		must(t, err)
+		corefile := cm.Data["Corefile"]
+		cm.Data["Corefile"] = strings.Replace(corefile, "    global {\n", "    global {\n        client_locality pod\n", 1)
+		if cm.Data["Corefile"] == corefile {
+			t.Fatalf("no global block in the installed Corefile:\n%s", corefile)
+		}
+		cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		must(t, err)
+		read, err := roles.Get(ctx, "coredns-global-read", metav1.GetOptions{})
+		must(t, err)
+		rules := read.Rules
+		read.Rules = append(slices.Clone(rules), rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}})
+		_, err = roles.Update(ctx, read, metav1.UpdateOptions{})
+		must(t, err)
+		defer func() {
+			cm.Data["Corefile"] = corefile
+			_, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+			must(t, err)
+			read, err := roles.Get(ctx, "coredns-global-read", metav1.GetOptions{})
+			must(t, err)
+			read.Rules = rules
+			_, err = roles.Update(ctx, read, metav1.UpdateOptions{})
+			must(t, err)
+		}()
+		eventually(t, "the RBAC check to pass with the Pods read", func() error {
+			if failed, _, _ := runCheck(t, cp, direct); failed[desc] != "" {
+				return fmt.Errorf("%s: %s", desc, failed[desc])
+			}
+			return nil
+		})
+		restore := dropVerb(t, cp, "coredns-global-read", "pods", "list")
+		defer restore()
+		wantFailure(t, cp, desc, "list pods (all namespaces)", direct)
+	})
+
 	t.Run("no mirror policy", func(t *testing.T) {
 		const desc = "an admission policy guards Linkerd's mirror labels"
 		must(t, cp.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, "linkerd-mirrors", metav1.DeleteOptions{}))
