@@ -196,7 +196,7 @@ func keepTargets(p index.Policy, v index.View, n *name) index.View {
 	}
 	matched, last := 0, uint8(0)
 	for t := range v.Targets() {
-		if t.Tier != last && p.Full(matched) {
+		if p.Ends(t.Tier, last, matched) {
 			return index.View{A: below(v.A, t.Tier), AAAA: below(v.AAAA, t.Tier)}
 		}
 		if slices.ContainsFunc(t.Ports, n.matchesPort) {

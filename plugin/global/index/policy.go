@@ -96,12 +96,16 @@ func (s *Service) Clusters() []MemberCluster {
 // answers: all of them, or the nearest tiers until they hold at least p.Nearest.
 func (p Policy) Keep(rs []Record) []Record {
 	i := 0
-	for i < len(rs) && !(i > 0 && rs[i].Tier != rs[i-1].Tier && p.Full(i)) {
+	for i < len(rs) && !(i > 0 && p.Ends(rs[i].Tier, rs[i-1].Tier, i)) {
 		i++
 	}
 	return rs[:i]
 }
 
-// Full reports whether tiers holding n records, whole, are all p answers of a service: then no
-// farther tier is answered.
-func (p Policy) Full(n int) bool { return p.Nearest > 0 && n >= p.Nearest }
+// Ends reports whether an answer under p ends before tier, which follows tier last (tiers come
+// nearest first), when the tiers before it hold held of what p counts (records of one family, or
+// SRV targets): under nearest N, once they hold N, no farther tier is answered. It is the one rule
+// of every answer and of its explanation.
+func (p Policy) Ends(tier, last uint8, held int) bool {
+	return tier != last && p.Nearest > 0 && held >= p.Nearest
+}
