@@ -171,3 +171,20 @@ func localityKey(c *caddy.Controller, k string) (string, error) {
 	}
 	return k, nil
 }
+
+// servicesArg parses a list of Services, NAMESPACE/SERVICE (client_forwarders, client_ecs_from).
+func servicesArg(c *caddy.Controller, opt string, args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, c.ArgErr()
+	}
+	for i, a := range args {
+		ns, name, ok := strings.Cut(a, "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
+			return nil, c.Errf("%s: %q is not a Service's <namespace>/<name>", opt, a)
+		}
+		if slices.Contains(args[:i], a) {
+			return nil, c.Errf("%s lists %q twice", opt, a)
+		}
+	}
+	return args, nil
+}

@@ -88,7 +88,7 @@ func spreadGlobal(b *testing.B, n int) *Global {
 	ix.Start()
 	ix.Publish()
 	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5, rotate: true}, index: ix,
-		sources: clientSources{node: true}, locator: fakeLocator{}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+		asker: asker{sources: clientSources{node: true}, locator: fakeLocator{}}, Next: test.NextHandler(dns.RcodeNameError, nil)}
 }
 
 // benchServe measures g answering qname from address from ("": the test writer's).

@@ -38,13 +38,21 @@ type locator interface {
 	ECSSource(a netip.Addr) bool
 }
 
+// asker learns who asks a query (client_locality): the options that say how, and the table of
+// where clients run that it asks.
+type asker struct {
+	sources clientSources // client_locality: how clients are learned
+	ecsFrom networks      // client_ecs_from's networks: sources whose ECS option is taken
+	locator locator       // clients (watch.Clients), built; nil without client_locality
+}
+
 // whoAsks learns who asks query r, received on w: from its ECS option when a source of
 // client_ecs_from sent it, else from its source address (unless a forwarder's). It
 // returns the ECS option of the reply, when client_locality has ecs and such a source sent one:
 // with the scope the answer depends on (RFC 7871 7.2.1), so that caches honouring ECS keep it
 // apart. Without client_locality it does nothing.
-func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
-	if g.locator == nil {
+func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
+	if a.locator == nil {
 		return q, nil
 	}
 	q.learned = sourceNone
@@ -56,30 +64,30 @@ func (g *Global) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.
 	// (client_ecs_from: resolvers that set it to their client's address and share no cache), else
 	// anyone could be answered as any node, and learn where every address runs; nor from the
 	// forwarders, whose shared cache would serve one client's answer to all.
-	if g.sources.ecs && (g.ecsFrom.has(src) || g.locator.ECSSource(src)) {
+	if a.sources.ecs && (a.ecsFrom.has(src) || a.locator.ECSSource(src)) {
 		if ecs = subnetOf(r); ecs != nil {
 			// Until known, the answer holds for the address the client gave, no wider.
-			reply := *ecs
-			reply.SourceScope = ecs.SourceNetmask
+			echo := *ecs
+			echo.SourceScope = ecs.SourceNetmask
 			if p, ok := prefixOf(ecs); ok {
-				if c, scope := g.locate(p); c != nil {
-					reply.SourceScope = uint8(scope)
-					return querier{client: c, learned: sourceECS}, &reply
+				if c, scope := a.locate(p); c != nil {
+					echo.SourceScope = uint8(scope)
+					return querier{client: c, learned: sourceECS}, &echo
 				}
 			}
-			ecs = &reply
+			ecs = &echo
 		}
 	}
-	if g.locator.Forwarder(src) {
+	if a.locator.Forwarder(src) {
 		return q, ecs
 	}
-	if g.sources.node {
-		if c := g.locator.Node(src); c != nil {
+	if a.sources.node {
+		if c := a.locator.Node(src); c != nil {
 			return querier{client: c, learned: sourceNode}, ecs
 		}
 	}
-	if g.sources.pod {
-		if c, _ := g.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
+	if a.sources.pod {
+		if c, _ := a.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
 			return querier{client: c, learned: sourcePod}, ecs
 		}
 	}
@@ -101,13 +109,13 @@ func (ns networks) has(a netip.Addr) bool {
 
 // locate finds the client of an ECS prefix: a Node's address, else a Pod's, with the prefix
 // length its answer holds for.
-func (g *Global) locate(p netip.Prefix) (*index.Client, int) {
+func (a *asker) locate(p netip.Prefix) (*index.Client, int) {
 	if p.IsSingleIP() {
-		if c := g.locator.Node(p.Addr()); c != nil {
+		if c := a.locator.Node(p.Addr()); c != nil {
 			return c, p.Bits()
 		}
 	}
-	return g.locator.Pod(p)
+	return a.locator.Pod(p)
 }
 
 // subnetOf returns the query's ECS option, nil for none.

@@ -89,7 +89,7 @@ func zonedGlobal(t testing.TB, sources clientSources) *Global {
 	ix.Publish()
 	g := &Global{Zones: []string{"global.", "near.global.", "clusterset.local."}, recordMaker: recordMaker{ttl: 5}, index: ix, explain: true,
 		selector: selector{policies: policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), mcsZones: []string{"clusterset.local."}},
-		sources:  sources, Next: test.NextHandler(dns.RcodeNameError, nil)}
+		asker:    asker{sources: sources}, Next: test.NextHandler(dns.RcodeNameError, nil)}
 	if sources != (clientSources{}) {
 		g.locator = fakeLocator{ecs: sources.ecs}
 	}

@@ -66,8 +66,8 @@ func defaults(zones []string) *Global {
 	}
 }
 
-// parse parses the plugin's stanza (one per server block) into the plugin, nothing built yet.
-func parse(c *caddy.Controller) (*Global, error) {
+// parseGlobal parses the plugin's stanza (one per server block) into the plugin, nothing built yet.
+func parseGlobal(c *caddy.Controller) (*Global, error) {
 	var g *Global
 	for c.Next() {
 		if g != nil {
@@ -475,21 +475,4 @@ func parseClientSources(c *caddy.Controller, args []string) (clientSources, erro
 		}
 	}
 	return s, nil
-}
-
-// servicesArg parses a list of Services, NAMESPACE/SERVICE (client_forwarders, client_ecs_from).
-func servicesArg(c *caddy.Controller, opt string, args []string) ([]string, error) {
-	if len(args) == 0 {
-		return nil, c.ArgErr()
-	}
-	for i, a := range args {
-		ns, name, ok := strings.Cut(a, "/")
-		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1035Label(name)) > 0 {
-			return nil, c.Errf("%s: %q is not a Service's <namespace>/<name>", opt, a)
-		}
-		if slices.Contains(args[:i], a) {
-			return nil, c.Errf("%s lists %q twice", opt, a)
-		}
-	}
-	return args, nil
 }

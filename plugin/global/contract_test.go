@@ -61,7 +61,7 @@ global {
 		for _, stanza := range globalStanzas(t, name, text) {
 			c := caddy.NewTestController("dns", "")
 			c.Dispenser = caddyfile.NewDispenserTokens(name, stanza)
-			g, err := parse(c)
+			g, err := parseGlobal(c)
 			if err != nil {
 				t.Errorf("%s: %v", name, err)
 				continue

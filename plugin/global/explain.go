@@ -169,7 +169,7 @@ func recordState(s *selection, r *index.Record) (state, more string) {
 	state = strings.ReplaceAll(r.State(), "_", "-")
 	switch {
 	case n.form == formSRV || n.form == formProto:
-		if more = ports(r, n); more == "" && r.Ready {
+		if more = portsOf(r, n); more == "" && r.Ready {
 			state = "no-matching-port"
 		}
 	case s.inSRV(r) != s.answers(r):
@@ -201,8 +201,8 @@ func explainQuerier(s *selection) string {
 	return " client=" + s.svc.Topology().Describe(s.client) + " client-from=" + s.learned
 }
 
-// ports is " port=P,Q" for the ports of r that n asks for, "" for none.
-func ports(r *index.Record, n name) string {
+// portsOf is " port=P,Q" for the ports of r that n asks for, "" for none.
+func portsOf(r *index.Record, n name) string {
 	var ps []string
 	for _, p := range r.Ports {
 		if n.matchesPort(p) {

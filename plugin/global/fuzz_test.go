@@ -101,7 +101,7 @@ func FuzzParse(f *testing.F) {
 		var err error
 		go func() {
 			defer close(done)
-			g, err = parse(caddy.NewTestController("dns", corefile))
+			g, err = parseGlobal(caddy.NewTestController("dns", corefile))
 		}()
 		select {
 		case <-done:

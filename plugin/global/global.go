@@ -37,11 +37,10 @@ type Global struct {
 	corefile       index.Topology  // cluster, locality, topology; the index's is it completed by the cluster's objects
 	selector                       // names, policy, prefer_namespaces: what names select
 	recordMaker                    // ttl, rotate: how answers are made of it
+	asker                          // client_locality, client_ecs_from: who asks (and locator, built)
 	Fall           fall.F          // fallthrough
 	explain        bool            // explain: answer CH TXT with the explanation of a name
-	sources        clientSources   // client_locality: how clients are learned
 	forwarders     []string        // client_forwarders: the cluster DNS's Services, <namespace>/<name>
-	ecsFrom        networks        // client_ecs_from's networks: sources whose ECS option is taken
 	ecsServices    []string        // client_ecs_from's Services, <namespace>/<name> (watch.Clients)
 	explainFrom    networks        // explain_from: who may ask for explanations; nil: anyone
 	startupTimeout time.Duration   // startup_timeout
@@ -59,7 +58,6 @@ type Global struct {
 	index    *index.Index
 	topology *watch.Topology // what the cluster's objects say of the topology
 	clients  *watch.Clients  // with client_locality: where clients run
-	locator  locator         // clients, as the handler asks them; nil without client_locality
 	warned   map[string]bool // the topology's disagreements with the Corefile, as last logged
 
 	// The EndpointSlice writer, nil with `endpointslices off`, and the client of the Lease that gates it.

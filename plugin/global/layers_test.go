@@ -10,14 +10,15 @@ import (
 	"testing"
 )
 
-// layers are the files of this package from the top down: the plugin (options, lifecycle and
-// ServeDNS), the selection of what a name answers, its rendering as records and as an
-// explanation, the selection itself, and names. A file uses names of its own layer and of those
-// below it only, so a query is followed one way down, as in CoreDNS's k8s_external.
+// layers are the files of this package from the top down: the plugin (its setup, the Corefile's
+// options and their arguments, ServeDNS, the plugin's fields and lifecycle, who asks), the
+// selection of what a name answers, its rendering as records and as an explanation, the
+// selection itself, and names. A file uses names of its own layer and of those below it only, so
+// a query is followed one way down, as in CoreDNS's k8s_external.
 var layers = [][]string{
-	{"global.go", "setup.go", "config.go", "args.go", "handler.go", "client.go"},
+	{"setup.go"}, {"config.go"}, {"args.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
 	{"selector.go"},
-	{"records.go", "explain.go"},
+	{"explain.go"}, {"records.go"},
 	{"selection.go"},
 	{"names.go"},
 }

@@ -118,7 +118,7 @@ func TestPolicies(t *testing.T) {
 }
 
 func TestParsePolicies(t *testing.T) {
-	g, err := parse(caddy.NewTestController("dns", `global global near.global near3.global {
+	g, err := parseGlobal(caddy.NewTestController("dns", `global global near.global near3.global {
 		policy nearest near.global
 		policy nearest 3 near3.global
 		policy all
@@ -143,7 +143,7 @@ func TestParsePolicies(t *testing.T) {
 		"global near.global {\n policy nearest near.global\n policy all near.global\n}",
 		"global {\n policy all\n policy nearest\n}",
 	} {
-		if _, err := parse(caddy.NewTestController("dns", bad)); err == nil {
+		if _, err := parseGlobal(caddy.NewTestController("dns", bad)); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}

@@ -48,7 +48,7 @@ func (c *selector) choose(s *selection, qtype uint16, limit int) {
 		reshape = n.zonal != zonalNone || s.client != nil
 	}
 	// A zonal name exists where its service's name does.
-	s.exists = exists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
+	s.exists = nameExists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
 	if reshape {
 		s.reshape(limit)
 	}
@@ -213,13 +213,13 @@ func below(rs []index.Record, tier uint8) []index.Record {
 	return rs[:i:i]
 }
 
-// exists reports whether name n, whose view is view, exists. As in RFC 8020, nothing exists below
+// nameExists reports whether name n, whose view is view, exists. As in RFC 8020, nothing exists below
 // a name that does not: a name exists when it answers, or when it is an empty non-terminal above
 // one that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints;
 // so does this plugin, and so for everything below it. A one-label name may be a namespace with a
 // global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
 // when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
-func exists(snap *index.Snapshot, n *name, view index.View) bool {
+func nameExists(snap *index.Snapshot, n *name, view index.View) bool {
 	switch {
 	case n.form == formVersion, n.form == formAboveNameserver:
 		return true

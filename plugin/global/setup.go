@@ -36,7 +36,7 @@ func init() {
 
 func setup(c *caddy.Controller) error {
 	telemetry.RouteKlog()
-	g, err := parse(c)
+	g, err := parseGlobal(c)
 	if err != nil {
 		return plugin.Error(telemetry.Plugin, err)
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	g, err := parse(caddy.NewTestController("dns", `global`))
+	g, err := parseGlobal(caddy.NewTestController("dns", `global`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestParse(t *testing.T) {
 		g.election != (writer.Election{Namespace: writer.DefaultLeaseNamespace(), Name: "coredns-global-writer", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
 		t.Errorf("writer defaults: write %v %+v %+v qps %v burst %v", g.endpointSlices, g.writerConfig, g.election, g.apiQPS, g.apiBurst)
 	}
-	g, err = parse(caddy.NewTestController("dns", `global {
+	g, err = parseGlobal(caddy.NewTestController("dns", `global {
 		endpointslices
 		endpointslice_size 1000
 		service_suffix -all
@@ -48,40 +48,40 @@ func TestParse(t *testing.T) {
 		g.election != (writer.Election{Namespace: "kube-system", Name: "global-writer", Duration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}) {
 		t.Errorf("writer options: %+v %+v", g.writerConfig, g.election)
 	}
-	if g, err = parse(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || g.endpointSlices {
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || g.endpointSlices {
 		t.Errorf("endpointslices off: write %v, %v", g.endpointSlices, err)
 	}
-	if g, err = parse(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !g.writerConfig.ServiceImports {
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !g.writerConfig.ServiceImports {
 		t.Errorf("serviceimports: %v, %v", g.writerConfig.ServiceImports, err)
 	}
 	// Answers ranked from clients: off by default; the client keys follow `topology` when given.
-	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || g.sources != (clientSources{}) ||
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || g.sources != (clientSources{}) ||
 		!slices.Equal(g.corefile.ClientKeys, index.DefaultClientKeys) {
 		t.Errorf("client defaults: %+v %v, %v", g.sources, g.corefile.ClientKeys, err)
 	}
-	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality pod ecs\n client_ecs_from dns/dnsdist\n client_forwarders kube-system/coredns dns/dnsdist\n topology hostname zone cluster\n}"))
+	g, err = parseGlobal(caddy.NewTestController("dns", "global {\n client_locality pod ecs\n client_ecs_from dns/dnsdist\n client_forwarders kube-system/coredns dns/dnsdist\n topology hostname zone cluster\n}"))
 	if err != nil || g.sources != (clientSources{ecs: true, pod: true}) || !slices.Equal(g.forwarders, []string{"kube-system/coredns", "dns/dnsdist"}) ||
 		!slices.Equal(g.corefile.Keys, []string{index.ZoneKey}) || !slices.Equal(g.corefile.ClientKeys, []string{index.HostnameKey, index.ZoneKey, index.ClusterKey}) {
 		t.Errorf("client options: %+v %v %v %v, %v", g.sources, g.forwarders, g.corefile.Keys, g.corefile.ClientKeys, err)
 	}
-	if g, err = parse(caddy.NewTestController("dns", "global {\n owner clusterroles.rbac.authorization.k8s.io system:coredns-global\n}")); err != nil ||
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n owner clusterroles.rbac.authorization.k8s.io system:coredns-global\n}")); err != nil ||
 		g.writerConfig.GCOwner == nil || *g.writerConfig.GCOwner != (writer.GCOwner{Resource: "clusterroles.rbac.authorization.k8s.io", Name: "system:coredns-global"}) {
 		t.Errorf("owner: %+v, %v", g.writerConfig.GCOwner, err)
 	}
-	g, err = parse(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 kube-system/kube-dns fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
+	g, err = parseGlobal(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 kube-system/kube-dns fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
 	if err != nil || fmt.Sprint(g.ecsFrom) != "[10.0.0.0/8 fd00::1/128]" || !slices.Equal(g.ecsServices, []string{"kube-system/kube-dns"}) ||
 		fmt.Sprint(g.explainFrom) != "[127.0.0.1/32 ::1/128]" {
 		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ecsFrom, g.ecsServices, g.explainFrom, err)
 	}
-	if g, err = parse(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
 		g.ecsFrom != nil || g.ecsServices != nil || g.explainFrom != nil || g.linksNamespace != "linkerd-multicluster" {
 		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
 	}
-	if g, err = parse(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
 		t.Errorf("rotate off, explain off: %v %v, %v", g.rotate, g.explain, err)
 	}
 
-	g, err = parse(caddy.NewTestController("dns", `global global. mesh.example {
+	g, err = parseGlobal(caddy.NewTestController("dns", `global global. mesh.example {
 		kubeconfig /etc/kube.conf east-ctx
 		namespaces db app
 		cluster east
@@ -149,7 +149,7 @@ func TestZones(t *testing.T) {
 	} {
 		c := caddy.NewTestController("dns", tc.corefile)
 		c.ServerBlockKeys = tc.keys
-		g, err := parse(c)
+		g, err := parseGlobal(c)
 		if err != nil {
 			t.Errorf("%v %q: %v", tc.keys, tc.corefile, err)
 			continue
@@ -171,7 +171,7 @@ func TestZones(t *testing.T) {
 	} {
 		c := caddy.NewTestController("dns", tc.corefile)
 		c.ServerBlockKeys = tc.keys
-		if _, err := parse(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := parseGlobal(c); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v %q: error %v, want one containing %q", tc.keys, tc.corefile, err, tc.want)
 		}
 	}
@@ -258,7 +258,7 @@ func TestParseErrors(t *testing.T) {
 		{"global {\n explain_from 10.0.0.0/8 10.0.0.0/8\n}", `explain_from lists "10.0.0.0/8" twice`},
 		{"global {\n topology hostname zone hostname\n}", "topology lists kubernetes.io/hostname twice"},
 	} {
-		_, err := parse(caddy.NewTestController("dns", tc.corefile))
+		_, err := parseGlobal(caddy.NewTestController("dns", tc.corefile))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.corefile, err, tc.want)
 		}
@@ -321,7 +321,7 @@ func TestShutdownBeforeTheWriterStarted(t *testing.T) {
 		"contexts: [{name: c, context: {cluster: c}}]\ncurrent-context: c\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	g, err := parse(caddy.NewTestController("dns", "global {\n kubeconfig "+kubeconfig+"\n}"))
+	g, err := parseGlobal(caddy.NewTestController("dns", "global {\n kubeconfig "+kubeconfig+"\n}"))
 	if err != nil {
 		t.Fatal(err)
 	}
