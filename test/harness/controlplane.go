@@ -2,15 +2,7 @@ package harness
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/csv"
-	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // EnvControlPlaneBin names the directory holding etcd, kube-apiserver and
@@ -176,56 +166,44 @@ func StartControlPlane(ctx context.Context, opts Options) (*ControlPlane, error)
 	}
 }
 
-// writeAuthFiles writes tokens.csv and the service-account key pair.
-func (cp *ControlPlane) writeAuthFiles(extra []Token) error {
-	cp.adminToken = randomHex(16)
-	var b strings.Builder
-	w := csv.NewWriter(&b)
-	// Format: token,user,uid,"group1,group2".
-	rows := [][]string{{cp.adminToken, "admin", "admin", "system:masters"}}
-	for _, t := range extra {
-		rows = append(rows, []string{t.Token, t.User, t.User, strings.Join(t.Groups, ",")})
-	}
-	if err := w.WriteAll(rows); err != nil {
-		return fmt.Errorf("write tokens.csv: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(cp.Dir, "tokens.csv"), []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("write tokens.csv: %w", err)
-	}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return fmt.Errorf("generate service-account key: %w", err)
-	}
-	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		return fmt.Errorf("marshal service-account public key: %w", err)
-	}
-	priv := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-	if err := os.WriteFile(filepath.Join(cp.Dir, "sa.key"), priv, 0o600); err != nil {
-		return fmt.Errorf("write sa.key: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(cp.Dir, "sa.pub"), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
-		return fmt.Errorf("write sa.pub: %w", err)
-	}
-	return nil
-}
-
-// start makes one attempt at starting the three processes.
+// start makes one attempt at starting the three processes (four with a scheduler).
 func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin string) error {
 	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
-	etcdClient, etcdPeer := ports[0], ports[1]
 	cp.apiPort = ports[2]
+	if err := cp.startEtcd(ctx, etcdBin, ports[0], ports[1]); err != nil {
+		return err
+	}
+	cp.apiBin, cp.apiArgs = apiBin, cp.apiServerArgs()
+	api, err := cp.startAPIServer(ctx)
+	if err != nil {
+		return err
+	}
+	if err := cp.writeClients(); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, api, "default namespace", func(ctx context.Context) (bool, error) {
+		_, err := cp.Client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+	return cp.startControllers(ctx, kcmBin)
+}
+
+// startEtcd starts etcd on the client and peer ports given, in a fresh data dir, and waits until
+// it is healthy.
+func (cp *ControlPlane) startEtcd(ctx context.Context, etcdBin string, clientPort, peerPort int) error {
 	// A fresh etcd data dir per attempt: a half-started member can leave state behind.
 	etcdData := filepath.Join(cp.Dir, "etcd-data")
 	if err := os.RemoveAll(etcdData); err != nil {
 		return fmt.Errorf("clean etcd data dir: %w", err)
 	}
-	clientURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	clientURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	cp.etcdURL = clientURL
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	etcd, err := startProcess("etcd", cp.Dir, cp.out, nil, etcdBin,
 		"--data-dir="+etcdData,
 		"--listen-client-urls="+clientURL,
@@ -244,10 +222,13 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 	}); err != nil {
 		return portClash(etcd, fmt.Errorf("etcd not healthy: %w", err))
 	}
+	return nil
+}
 
-	cp.apiBin = apiBin
-	cp.apiArgs = []string{
-		"--etcd-servers=" + clientURL,
+// apiServerArgs are kube-apiserver's flags, on etcd at cp.etcdURL.
+func (cp *ControlPlane) apiServerArgs() []string {
+	return []string{
+		"--etcd-servers=" + cp.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(cp.apiPort),
 		"--cert-dir=" + filepath.Join(cp.Dir, "certs"),
@@ -269,21 +250,11 @@ func (cp *ControlPlane) start(ctx context.Context, etcdBin, apiBin, kcmBin strin
 		// No kubelet mounts tokens; the ServiceAccount plugin would demand them.
 		"--disable-admission-plugins=ServiceAccount",
 	}
-	api, err := cp.startAPIServer(ctx)
-	if err != nil {
-		return err
-	}
+}
 
-	if err := cp.writeClients(); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, api, "default namespace", func(ctx context.Context) (bool, error) {
-		_, err := cp.Client.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		return err
-	}
-
+// startControllers starts kube-controller-manager, waits until it is ready, and starts
+// kube-scheduler (beside kcmBin) when the options ask for one.
+func (cp *ControlPlane) startControllers(ctx context.Context, kcmBin string) error {
 	kcm, err := startProcess("kube-controller-manager", cp.Dir, cp.out, nil, kcmBin,
 		"--kubeconfig="+cp.Kubeconfig,
 		"--controllers="+strings.Join(append([]string{"endpointslice", "endpointslicemirroring", "garbagecollector", "namespace"}, cp.opts.Controllers...), ","),
@@ -390,37 +361,6 @@ func (cp *ControlPlane) etcdCall(ctx context.Context, path, body string, out any
 	return json.Unmarshal(data, out)
 }
 
-// writeClients writes the admin kubeconfig and builds Config and Client.
-func (cp *ControlPlane) writeClients() error {
-	path, err := cp.writeKubeconfig("kubeconfig", "admin", cp.adminToken)
-	if err != nil {
-		return err
-	}
-	cp.Kubeconfig = path
-	cp.CoreDNSKubeconfig, cp.coreDNSToken = path, cp.adminToken
-	if u := cp.opts.CoreDNSUser; u != nil {
-		if cp.CoreDNSKubeconfig, err = cp.writeKubeconfig("kubeconfig-coredns", "coredns", u.Token); err != nil {
-			return err
-		}
-		cp.coreDNSToken = u.Token
-	}
-	cp.Config = &rest.Config{
-		Host:            cp.APIServerURL(),
-		BearerToken:     cp.adminToken,
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
-		QPS:             100,
-		Burst:           200,
-		// Fixtures write v1 Endpoints on purpose (Linkerd does); the
-		// deprecation warning on every call is noise.
-		WarningHandler: rest.NoWarnings{},
-	}
-	cp.Client, err = kubernetes.NewForConfig(cp.Config)
-	if err != nil {
-		return fmt.Errorf("admin client: %w", err)
-	}
-	return nil
-}
-
 // waitControllerManager returns once kube-controller-manager's controllers
 // demonstrably run. The `kubernetes` Service's EndpointSlice is written by
 // the apiserver itself, so it proves nothing; instead a selector-less probe
@@ -495,45 +435,6 @@ func (cp *ControlPlane) APIServerURL() string {
 // APIServerAddr is the API server's host:port.
 func (cp *ControlPlane) APIServerAddr() string { return "127.0.0.1:" + strconv.Itoa(cp.apiPort) }
 
-// KubeconfigFor writes a kubeconfig for a static token user (see
-// Options.ExtraTokens) and returns its path. Unknown tokens are allowed, to
-// test authentication failures.
-func (cp *ControlPlane) KubeconfigFor(token string) (string, error) {
-	sum := sha256.Sum256([]byte(token))
-	return cp.writeKubeconfig("kubeconfig-"+hex.EncodeToString(sum[:4]), "user", token)
-}
-
-// KubeconfigAs writes a kubeconfig of the admin impersonating user in groups: a user the tests
-// give only the RBAC they mean to.
-func (cp *ControlPlane) KubeconfigAs(user string, groups ...string) (string, error) {
-	return cp.writeKubeconfigFor("kubeconfig-as-"+strings.NewReplacer(":", "-", "/", "-").Replace(user), "admin",
-		&clientcmdapi.AuthInfo{Token: cp.adminToken, Impersonate: user, ImpersonateGroups: groups}, cp.APIServerURL())
-}
-
-// writeKubeconfig writes Dir/name for user authenticating with token.
-func (cp *ControlPlane) writeKubeconfig(name, user, token string) (string, error) {
-	return cp.writeKubeconfigAt(name, user, token, cp.APIServerURL())
-}
-
-// writeKubeconfigAt writes a kubeconfig for a token user of the API server at server.
-func (cp *ControlPlane) writeKubeconfigAt(name, user, token, server string) (string, error) {
-	return cp.writeKubeconfigFor(name, user, &clientcmdapi.AuthInfo{Token: token}, server)
-}
-
-// writeKubeconfigFor writes Dir/name for user authenticating as auth says, to the API server at server.
-func (cp *ControlPlane) writeKubeconfigFor(name, user string, auth *clientcmdapi.AuthInfo, server string) (string, error) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: server, InsecureSkipTLSVerify: true}
-	cfg.AuthInfos[user] = auth
-	cfg.Contexts["harness"] = &clientcmdapi.Context{Cluster: "harness", AuthInfo: user}
-	cfg.CurrentContext = "harness"
-	path := filepath.Join(cp.Dir, name)
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		return "", fmt.Errorf("write kubeconfig %s: %w", path, err)
-	}
-	return path, nil
-}
-
 // Stop stops kube-controller-manager, kube-apiserver and etcd in that order
 // (SIGTERM, SIGKILL after 5 s) and removes Dir if StartControlPlane made it.
 // It is idempotent.
@@ -552,72 +453,4 @@ func (cp *ControlPlane) stopProcesses() {
 		cp.procs[i].terminate(5 * time.Second)
 	}
 	cp.procs = nil
-}
-
-// waitHTTP polls url (with a bearer token, TLS unverified) until ok accepts
-// the answer, p exits, or readyTimeout passes.
-func waitHTTP(ctx context.Context, p *process, url, token string, ok func(code int, body string) bool) error {
-	client := &http.Client{
-		Timeout:   2 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
-	}
-	defer client.CloseIdleConnections()
-	last := "no answer"
-	err := waitFor(ctx, p, "GET "+url, func(ctx context.Context) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
-		return ok(resp.StatusCode, string(body)), nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w; last answer: %s", err, last)
-	}
-	return nil
-}
-
-// waitFor polls cond every 10 ms until it is true, it fails, p exits
-// (error with p's log tail), or readyTimeout (or ctx) expires (error with
-// p's log tail). 10 ms: the bench times start-up with it.
-func waitFor(ctx context.Context, p *process, what string, cond func(context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
-		done, err := cond(callCtx)
-		callCancel()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("waiting for %s: %w", what, p.exitError())
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w; last lines of %s:\n%s", what, ctx.Err(), p.logPath, tailFile(p.logPath, 40))
-		case <-tick.C:
-		}
-	}
-}
-
-// randomHex returns 2n random hex digits.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

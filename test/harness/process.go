@@ -8,10 +8,15 @@ package harness
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -305,4 +310,72 @@ func (pw *prefixWriter) Write(b []byte) (int, error) {
 		pw.buf = pw.buf[i+1:]
 	}
 	return len(b), nil
+}
+
+// waitHTTP polls url (with a bearer token, TLS unverified) until ok accepts
+// the answer, p exits, or readyTimeout passes.
+func waitHTTP(ctx context.Context, p *process, url, token string, ok func(code int, body string) bool) error {
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
+	}
+	defer client.CloseIdleConnections()
+	last := "no answer"
+	err := waitFor(ctx, p, "GET "+url, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		return ok(resp.StatusCode, string(body)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; last answer: %s", err, last)
+	}
+	return nil
+}
+
+// waitFor polls cond every 10 ms until it is true, it fails, p exits
+// (error with p's log tail), or readyTimeout (or ctx) expires (error with
+// p's log tail). 10 ms: the bench times start-up with it.
+func waitFor(ctx context.Context, p *process, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		callCtx, callCancel := context.WithTimeout(ctx, 5*time.Second)
+		done, err := cond(callCtx)
+		callCancel()
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w; last lines of %s:\n%s", what, ctx.Err(), p.logPath, tailFile(p.logPath, 40))
+		case <-tick.C:
+		}
+	}
+}
+
+// randomHex returns 2n random hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
