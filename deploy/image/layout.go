@@ -46,13 +46,7 @@ type dockerManifest struct {
 // containerd's (which docker load, ctr import, kind and podman read); manifest.json names the
 // linux/amd64 image for loaders that only know docker-archive.
 func Write(w io.Writer, idx v1.ImageIndex, o Options) error {
-	files := map[string][]byte{}
-	blob := func(h v1.Hash, b []byte) string {
-		p := "blobs/" + h.Algorithm + "/" + h.Hex
-		files[p] = b
-		return p
-	}
-
+	l := layout{}
 	raw, err := idx.RawManifest()
 	if err != nil {
 		return err
@@ -61,50 +55,16 @@ func Write(w io.Writer, idx v1.ImageIndex, o Options) error {
 	if err != nil {
 		return err
 	}
-	blob(d, raw)
+	l.blob(d, raw)
 	m, err := idx.IndexManifest()
 	if err != nil {
 		return err
 	}
 	var docker []dockerManifest
 	for _, desc := range m.Manifests {
-		img, err := idx.Image(desc.Digest)
+		dm, err := l.image(idx, desc, o.Ref)
 		if err != nil {
 			return err
-		}
-		raw, err := img.RawManifest()
-		if err != nil {
-			return err
-		}
-		blob(desc.Digest, raw)
-		cfgName, err := img.ConfigName()
-		if err != nil {
-			return err
-		}
-		cfg, err := img.RawConfigFile()
-		if err != nil {
-			return err
-		}
-		dm := dockerManifest{Config: blob(cfgName, cfg), RepoTags: []string{o.Ref}}
-		layers, err := img.Layers()
-		if err != nil {
-			return err
-		}
-		for _, l := range layers {
-			h, err := l.Digest()
-			if err != nil {
-				return err
-			}
-			rc, err := l.Compressed()
-			if err != nil {
-				return err
-			}
-			b, err := io.ReadAll(rc)
-			rc.Close()
-			if err != nil {
-				return err
-			}
-			dm.Layers = append(dm.Layers, blob(h, b))
 		}
 		if desc.Platform != nil && desc.Platform.Architecture == "amd64" {
 			docker = append(docker, dm)
@@ -113,7 +73,6 @@ func Write(w io.Writer, idx v1.ImageIndex, o Options) error {
 	if len(docker) != 1 {
 		return fmt.Errorf("index has %d linux/amd64 images, want 1", len(docker))
 	}
-
 	top := v1.IndexManifest{
 		SchemaVersion: 2,
 		MediaType:     types.OCIImageIndex,
@@ -127,23 +86,81 @@ func Write(w io.Writer, idx v1.ImageIndex, o Options) error {
 			},
 		}},
 	}
-	if files["index.json"], err = json.Marshal(top); err != nil {
+	if l["index.json"], err = json.Marshal(top); err != nil {
 		return err
 	}
-	if files["manifest.json"], err = json.Marshal(docker); err != nil {
+	if l["manifest.json"], err = json.Marshal(docker); err != nil {
 		return err
 	}
-	files["oci-layout"] = []byte(`{"imageLayoutVersion":"1.0.0"}`)
+	l["oci-layout"] = []byte(`{"imageLayoutVersion":"1.0.0"}`)
+	return l.write(w, o)
+}
 
+// layout is the files of an image layout by path.
+type layout map[string][]byte
+
+// blob adds b as the blob of digest h, and returns its path.
+func (l layout) blob(h v1.Hash, b []byte) string {
+	p := "blobs/" + h.Algorithm + "/" + h.Hex
+	l[p] = b
+	return p
+}
+
+// image adds the blobs of idx's image desc (its manifest, config and layers), and returns its
+// docker-archive entry, tagged ref.
+func (l layout) image(idx v1.ImageIndex, desc v1.Descriptor, ref string) (dockerManifest, error) {
+	img, err := idx.Image(desc.Digest)
+	if err != nil {
+		return dockerManifest{}, err
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return dockerManifest{}, err
+	}
+	l.blob(desc.Digest, raw)
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return dockerManifest{}, err
+	}
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		return dockerManifest{}, err
+	}
+	dm := dockerManifest{Config: l.blob(cfgName, cfg), RepoTags: []string{ref}}
+	layers, err := img.Layers()
+	if err != nil {
+		return dockerManifest{}, err
+	}
+	for _, layer := range layers {
+		h, err := layer.Digest()
+		if err != nil {
+			return dockerManifest{}, err
+		}
+		rc, err := layer.Compressed()
+		if err != nil {
+			return dockerManifest{}, err
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return dockerManifest{}, err
+		}
+		dm.Layers = append(dm.Layers, l.blob(h, b))
+	}
+	return dm, nil
+}
+
+// write writes l as a tarball, its directories and files in name order, each dated o.Epoch.
+func (l layout) write(w io.Writer, o Options) error {
 	names := []string{"blobs/", "blobs/sha256/"}
-	for n := range files {
+	for n := range l {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	tw := tar.NewWriter(w)
 	for _, n := range names {
 		h := &tar.Header{Name: n, ModTime: o.Epoch, Format: tar.FormatUSTAR}
-		if b, ok := files[n]; ok {
+		if b, ok := l[n]; ok {
 			h.Typeflag, h.Mode, h.Size = tar.TypeReg, 0o644, int64(len(b))
 		} else {
 			h.Typeflag, h.Mode = tar.TypeDir, 0o755
@@ -151,7 +168,7 @@ func Write(w io.Writer, idx v1.ImageIndex, o Options) error {
 		if err := tw.WriteHeader(h); err != nil {
 			return fmt.Errorf("%s: %w", n, err)
 		}
-		if _, err := tw.Write(files[n]); err != nil {
+		if _, err := tw.Write(l[n]); err != nil {
 			return err
 		}
 	}
