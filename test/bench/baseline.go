@@ -23,43 +23,14 @@ var plainNames = []string{"service", "nearest", "srv"}
 // baseline compares this build's ServeDNS of the plain names with baselineCommit's, as issue 46
 // measured it: both test binaries built here, run alternately on one machine, four rounds.
 func baseline(ctx context.Context, _ *harness.ControlPlane, o options, r *report) error {
-	src := filepath.Join(o.work, "baseline")
-	if err := os.MkdirAll(src, 0o755); err != nil {
+	bins, err := baselineBinaries(ctx, o)
+	if err != nil {
 		return err
 	}
-	archive := exec.CommandContext(ctx, "sh", "-c", "git archive "+baselineCommit+" | tar -x -C "+src)
-	if out, err := archive.CombinedOutput(); err != nil {
-		return fmt.Errorf("the baseline %s's source: %v\n%s", baselineCommit, err, out)
-	}
-	bins := map[string]string{"base": filepath.Join(o.work, "base.test"), "head": filepath.Join(o.work, "head.test")}
-	for name, dir := range map[string]string{"base": src, "head": "."} {
-		build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bins[name], "./plugin/global/")
-		build.Dir = dir
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("go test -c (%s): %v\n%s", name, err, out)
-		}
-	}
-	ns := map[string]map[string][]float64{"base": {}, "head": {}}
 	pattern := "ServeDNS/(" + strings.Join(plainNames, "|") + ")$"
-	for round := 1; round <= 4; round++ {
-		for _, name := range []string{"base", "head"} { // alternating: the machine's drift hits both
-			out, err := exec.CommandContext(ctx, bins[name], "-test.run", "^$", "-test.bench", pattern, "-test.benchtime", "1s").Output()
-			if err != nil {
-				return fmt.Errorf("%s: %w", bins[name], err)
-			}
-			for _, l := range strings.Split(string(out), "\n") {
-				f := strings.Fields(l)
-				if len(f) < 3 || !strings.HasPrefix(f[0], "BenchmarkServeDNS/") {
-					continue
-				}
-				bench := strings.TrimPrefix(f[0], "BenchmarkServeDNS/")
-				bench = bench[:strings.LastIndexByte(bench, '-')] // -GOMAXPROCS
-				if v, err := strconv.ParseFloat(f[2], 64); err == nil {
-					ns[name][bench] = append(ns[name][bench], v)
-				}
-			}
-			fmt.Printf("round %d  %s: %v\n", round, name, ns[name])
-		}
+	ns, err := alternate(ctx, bins, pattern)
+	if err != nil {
+		return err
 	}
 	s := section{
 		title: "The plain names against " + baselineCommit,
@@ -93,6 +64,55 @@ func baseline(ctx context.Context, _ *harness.ControlPlane, o options, r *report
 	r.goal("ServeDNS of the plain names (service, nearest, srv) against "+baselineCommit+", both built here, alternating", "≤ 1.00× each",
 		"time "+strings.Join(ratios, ", ")+"; instructions "+strings.Join(iratios, ", "))
 	return nil
+}
+
+// baselineBinaries builds the test binaries of ./plugin/global at baselineCommit (from git
+// archive) and of this build: their paths, by "base" and "head".
+func baselineBinaries(ctx context.Context, o options) (map[string]string, error) {
+	src := filepath.Join(o.work, "baseline")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return nil, err
+	}
+	archive := exec.CommandContext(ctx, "sh", "-c", "git archive "+baselineCommit+" | tar -x -C "+src)
+	if out, err := archive.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("the baseline %s's source: %v\n%s", baselineCommit, err, out)
+	}
+	bins := map[string]string{"base": filepath.Join(o.work, "base.test"), "head": filepath.Join(o.work, "head.test")}
+	for name, dir := range map[string]string{"base": src, "head": "."} {
+		build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bins[name], "./plugin/global/")
+		build.Dir = dir
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go test -c (%s): %v\n%s", name, err, out)
+		}
+	}
+	return bins, nil
+}
+
+// alternate runs the benchmarks of pattern of each binary in turn, four rounds (the machine's
+// drift hits both), and returns their ns/op by binary and benchmark.
+func alternate(ctx context.Context, bins map[string]string, pattern string) (map[string]map[string][]float64, error) {
+	ns := map[string]map[string][]float64{"base": {}, "head": {}}
+	for round := 1; round <= 4; round++ {
+		for _, name := range []string{"base", "head"} {
+			out, err := exec.CommandContext(ctx, bins[name], "-test.run", "^$", "-test.bench", pattern, "-test.benchtime", "1s").Output()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", bins[name], err)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				f := strings.Fields(l)
+				if len(f) < 3 || !strings.HasPrefix(f[0], "BenchmarkServeDNS/") {
+					continue
+				}
+				bench := strings.TrimPrefix(f[0], "BenchmarkServeDNS/")
+				bench = bench[:strings.LastIndexByte(bench, '-')] // -GOMAXPROCS
+				if v, err := strconv.ParseFloat(f[2], 64); err == nil {
+					ns[name][bench] = append(ns[name][bench], v)
+				}
+			}
+			fmt.Printf("round %d  %s: %v\n", round, name, ns[name])
+		}
+	}
+	return ns, nil
 }
 
 // instructions counts the instructions per query of ServeDNS benchmark name in test binary bin:

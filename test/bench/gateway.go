@@ -86,111 +86,132 @@ func gatewayRows(ctx context.Context, c kubernetes.Interface, dnsAddr, metricsAd
 func flipGateway(ctx context.Context, c kubernetes.Interface, dnsAddr string, g gatewayCase, alive bool) (dnsLat, sliceLat []float64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var mu sync.Mutex
-	written := map[string]time.Time{} // per-pod mirror name -> Endpoints written
-	addrOf := map[string]string{}     // ClusterIP -> per-pod mirror name
-	seenDNS := map[string]time.Time{} // per-pod mirror name -> DNS shows the change
-	seenSlice := map[string]time.Time{}
-
+	f := &gatewayFlip{g: g, alive: alive, written: map[string]time.Time{}, addrOf: map[string]string{},
+		seenDNS: map[string]time.Time{}, seenSlice: map[string]time.Time{}}
 	// kube-controller-manager's share: watch the per-pod mirrors' slices.
 	w, err := c.DiscoveryV1().EndpointSlices(progNS).Watch(ctx, metav1.ListOptions{LabelSelector: harness.LabelClusterName + "=" + g.cluster + "," + harness.LabelHeadlessMirrorSvcName})
 	if err != nil {
 		return nil, nil, err
 	}
 	defer w.Stop()
-	go func() {
-		for ev := range w.ResultChan() {
-			es, ok := ev.Object.(*discoveryv1.EndpointSlice)
-			if !ok || ev.Type == watch.Deleted || len(es.Endpoints) == 0 || ptr.Deref(es.Endpoints[0].Conditions.Ready, true) != alive {
-				continue
-			}
-			now := time.Now()
-			mu.Lock()
-			if _, ok := seenSlice[es.Labels[discoveryv1.LabelServiceName]]; !ok {
-				seenSlice[es.Labels[discoveryv1.LabelServiceName]] = now
-			}
-			mu.Unlock()
-		}
-	}()
-
-	// DNS: poll the aggregate name; an address is changed once it is absent (dead) or present (alive).
+	go f.watchSlices(w)
 	done := make(chan struct{})
 	polled := make(chan error, 1)
-	go func() {
-		cl := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
-		q := new(dns.Msg)
-		q.SetQuestion(fmt.Sprintf("%s.%s.global.", g.svc, progNS), dns.TypeA)
-		for {
-			select {
-			case <-done:
-				polled <- nil
-				return
-			default:
-			}
-			r, _, err := cl.Exchange(q, dnsAddr)
-			now := time.Now()
-			if err != nil {
-				polled <- err
-				return
-			}
-			present := map[string]bool{}
-			for _, rr := range r.Answer {
-				if a, ok := rr.(*dns.A); ok {
-					present[a.A.String()] = true
-				}
-			}
-			mu.Lock()
-			for addr, name := range addrOf {
-				if _, ok := seenDNS[name]; !ok && present[addr] == alive {
-					seenDNS[name] = now
-				}
-			}
-			mu.Unlock()
-		}
-	}()
-
-	// The write time is taken after the API answered; the address map is filled before the
-	// write, so a poll cannot see a change it does not know of.
-	svcs, err := c.CoreV1().Services(progNS).List(ctx, metav1.ListOptions{LabelSelector: harness.LabelClusterName + "=" + g.cluster + "," + harness.LabelHeadlessMirrorSvcName})
-	if err != nil {
-		return nil, nil, err
-	}
-	mu.Lock()
-	for _, s := range svcs.Items {
-		addrOf[s.Spec.ClusterIP] = s.Name
-	}
-	mu.Unlock()
-	_, err = harness.SetGatewayIn(ctx, c, progNS, g.cluster, alive, func(s *corev1.Service) {
-		now := time.Now()
-		mu.Lock()
-		written[s.Name] = now
-		mu.Unlock()
-	})
-	if err != nil {
-		close(done)
-		return nil, nil, err
-	}
-	for {
-		mu.Lock()
-		complete := len(seenDNS) == len(written) && len(seenSlice) == len(written)
-		mu.Unlock()
-		if complete {
-			break
-		}
-		if ctx.Err() != nil {
-			close(done)
-			return nil, nil, fmt.Errorf("gateway of %s alive=%v: %d of %d records changed in DNS, %d slices", g.cluster, alive, len(seenDNS), len(written), len(seenSlice))
-		}
-		time.Sleep(5 * time.Millisecond)
+	go func() { polled <- f.pollDNS(dnsAddr, done) }()
+	err = f.write(ctx, c)
+	if err == nil {
+		err = f.wait(ctx)
 	}
 	close(done)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := <-polled; err != nil {
 		return nil, nil, err
 	}
-	for name, t := range written {
+	for name, t := range f.written {
 		// A poll may catch the change before the write's response arrives: count that as 0.
-		dnsLat = append(dnsLat, max(0, seenDNS[name].Sub(t).Seconds()))
-		sliceLat = append(sliceLat, max(0, seenSlice[name].Sub(t).Seconds()))
+		dnsLat = append(dnsLat, max(0, f.seenDNS[name].Sub(t).Seconds()))
+		sliceLat = append(sliceLat, max(0, f.seenSlice[name].Sub(t).Seconds()))
 	}
 	return dnsLat, sliceLat, nil
+}
+
+// gatewayFlip is one gateway change of a case, as it is seen: when each per-pod mirror's
+// Endpoints was written, and when DNS and its EndpointSlice showed it.
+type gatewayFlip struct {
+	g         gatewayCase
+	alive     bool
+	mu        sync.Mutex
+	written   map[string]time.Time // per-pod mirror name -> Endpoints written
+	addrOf    map[string]string    // ClusterIP -> per-pod mirror name
+	seenDNS   map[string]time.Time // per-pod mirror name -> DNS shows the change
+	seenSlice map[string]time.Time
+}
+
+// watchSlices records when each per-pod mirror's slice shows the change, from w's events.
+func (f *gatewayFlip) watchSlices(w watch.Interface) {
+	for ev := range w.ResultChan() {
+		es, ok := ev.Object.(*discoveryv1.EndpointSlice)
+		if !ok || ev.Type == watch.Deleted || len(es.Endpoints) == 0 || ptr.Deref(es.Endpoints[0].Conditions.Ready, true) != f.alive {
+			continue
+		}
+		now := time.Now()
+		f.mu.Lock()
+		if _, ok := f.seenSlice[es.Labels[discoveryv1.LabelServiceName]]; !ok {
+			f.seenSlice[es.Labels[discoveryv1.LabelServiceName]] = now
+		}
+		f.mu.Unlock()
+	}
+}
+
+// pollDNS polls the aggregate name at addr until done: an address is changed once it is absent
+// (dead) or present (alive).
+func (f *gatewayFlip) pollDNS(addr string, done <-chan struct{}) error {
+	cl := &dns.Client{Net: "tcp", Timeout: 2 * time.Second}
+	q := new(dns.Msg)
+	q.SetQuestion(fmt.Sprintf("%s.%s.global.", f.g.svc, progNS), dns.TypeA)
+	for {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		r, _, err := cl.Exchange(q, addr)
+		now := time.Now()
+		if err != nil {
+			return err
+		}
+		present := map[string]bool{}
+		for _, rr := range r.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				present[a.A.String()] = true
+			}
+		}
+		f.mu.Lock()
+		for a, name := range f.addrOf {
+			if _, ok := f.seenDNS[name]; !ok && present[a] == f.alive {
+				f.seenDNS[name] = now
+			}
+		}
+		f.mu.Unlock()
+	}
+}
+
+// write writes the gateway change. The write time is taken after the API answered; the address
+// map is filled before the write, so a poll cannot see a change it does not know of.
+func (f *gatewayFlip) write(ctx context.Context, c kubernetes.Interface) error {
+	svcs, err := c.CoreV1().Services(progNS).List(ctx, metav1.ListOptions{LabelSelector: harness.LabelClusterName + "=" + f.g.cluster + "," + harness.LabelHeadlessMirrorSvcName})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	for _, s := range svcs.Items {
+		f.addrOf[s.Spec.ClusterIP] = s.Name
+	}
+	f.mu.Unlock()
+	_, err = harness.SetGatewayIn(ctx, c, progNS, f.g.cluster, f.alive, func(s *corev1.Service) {
+		now := time.Now()
+		f.mu.Lock()
+		f.written[s.Name] = now
+		f.mu.Unlock()
+	})
+	return err
+}
+
+// wait waits until DNS and the slices show every write.
+func (f *gatewayFlip) wait(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		complete := len(f.seenDNS) == len(f.written) && len(f.seenSlice) == len(f.written)
+		dnsN, written, slices := len(f.seenDNS), len(f.written), len(f.seenSlice)
+		f.mu.Unlock()
+		if complete {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("gateway of %s alive=%v: %d of %d records changed in DNS, %d slices", f.g.cluster, f.alive, dnsN, written, slices)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

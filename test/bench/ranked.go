@@ -48,20 +48,9 @@ type rankedCase struct {
 // zonal names against the plain name, for local services of 10 and of 3,000 endpoints over three
 // zones and their nodes.
 func ranked(ctx context.Context, cp *harness.ControlPlane, o options, r *report) error {
-	c := cp.Client
-	if err := harness.EnsureNamespace(ctx, c, "rank"); err != nil {
-		return err
-	}
-	for _, n := range rankedNodes {
-		if err := harness.CreateNode(ctx, c, harness.Node{Name: n.name, Zone: n.zone, Region: "r1", Addresses: []string{n.addr}}); err != nil {
-			return err
-		}
-	}
 	sizes := []int{10, 3000}
-	for _, n := range sizes {
-		if err := rankedService(ctx, cp, n); err != nil {
-			return err
-		}
+	if err := rankedFixtures(ctx, cp, sizes); err != nil {
+		return err
 	}
 	port, err := freePort()
 	if err != nil {
@@ -84,16 +73,9 @@ func ranked(ctx context.Context, cp *harness.ControlPlane, o options, r *report)
 			rankedCase{fmt.Sprintf("%d endpoints: zonal name, pin zb", n), "zb.pin._zone." + name, "127.0.0.1"},
 		)
 	}
-	qps := make([][]float64, len(cases))
-	for round := 1; round <= o.rounds; round++ {
-		for i, rc := range cases { // A B C A B C: every case once per round
-			q, mean, err := dnsperfRun(ctx, o, dns.Addr, perfCase{name: rc.name, qname: rc.qname, qtype: "A", proto: "udp"}, "-a", rc.from)
-			if err != nil {
-				return err
-			}
-			qps[i] = append(qps[i], q)
-			fmt.Printf("round %d  %-45s %9.0f qps  mean %s\n", round, rc.name, q, ms(mean))
-		}
+	qps, err := rankedRounds(ctx, o, dns.Addr, cases)
+	if err != nil {
+		return err
 	}
 	s := section{
 		title: "Answers ranked from the client",
@@ -117,6 +99,42 @@ func ranked(ctx context.Context, cp *harness.ControlPlane, o options, r *report)
 	r.goal("Throughput ranked from a node / the same name unranked, 10 and 3,000 endpoints", "≥ 0.8 at both", strings.Join(ranks, "; "))
 	r.goal("Throughput of a zonal name / the plain name, 10 and 3,000 endpoints", "≥ 0.9 at both", strings.Join(zonals, "; "))
 	return nil
+}
+
+// rankedFixtures makes the step's namespace, Nodes and services of sizes endpoints.
+func rankedFixtures(ctx context.Context, cp *harness.ControlPlane, sizes []int) error {
+	c := cp.Client
+	if err := harness.EnsureNamespace(ctx, c, "rank"); err != nil {
+		return err
+	}
+	for _, n := range rankedNodes {
+		if err := harness.CreateNode(ctx, c, harness.Node{Name: n.name, Zone: n.zone, Region: "r1", Addresses: []string{n.addr}}); err != nil {
+			return err
+		}
+	}
+	for _, n := range sizes {
+		if err := rankedService(ctx, cp, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rankedRounds runs dnsperf on each case at addr, o.rounds interleaved rounds: each case's
+// queries per second, by round.
+func rankedRounds(ctx context.Context, o options, addr string, cases []rankedCase) ([][]float64, error) {
+	qps := make([][]float64, len(cases))
+	for round := 1; round <= o.rounds; round++ {
+		for i, rc := range cases { // A B C A B C: every case once per round
+			q, mean, err := dnsperfRun(ctx, o, addr, perfCase{name: rc.name, qname: rc.qname, qtype: "A", proto: "udp"}, "-a", rc.from)
+			if err != nil {
+				return nil, err
+			}
+			qps[i] = append(qps[i], q)
+			fmt.Printf("round %d  %-45s %9.0f qps  mean %s\n", round, rc.name, q, ms(mean))
+		}
+	}
+	return qps, nil
 }
 
 // rankedService makes rank/r<n>: a local selector-less headless Service, exported, with n

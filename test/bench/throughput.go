@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // One bin/coredns serves every plugin measured, on one port, each in its zone.
@@ -65,36 +67,8 @@ func throughput(ctx context.Context, cp *harness.ControlPlane, o options, r *rep
 	if _, err := exec.LookPath("dnsperf"); err != nil {
 		return fmt.Errorf("dnsperf is not installed (make bench installs it): %w", err)
 	}
-	c := cp.Client
-	if err := harness.EnsureNamespace(ctx, c, "db"); err != nil {
-		return err
-	}
-	ports := []harness.Port{{Name: "db", Port: 5432, TargetPort: 15432}}
-	mirror := func(svc, cluster string, n int) (*harness.MirrorObjects, error) {
-		m := harness.Mirror{Namespace: "db", Service: svc, Cluster: cluster, Ports: ports}
-		for i := range n {
-			m.Endpoints = append(m.Endpoints, harness.RemoteEndpoint{Hostname: fmt.Sprintf("%s-%d", svc, i), Ready: true})
-		}
-		return harness.CreateMirror(ctx, c, m)
-	}
-	r3, err := mirror("r3", "west", 3)
+	zonefile, err := throughputFixtures(ctx, cp.Client, o)
 	if err != nil {
-		return err
-	}
-	for svc, n := range map[string]int{"r30": 15, "r300": 150} {
-		for _, cluster := range []string{"west", "north"} {
-			if _, err := mirror(svc, cluster, n); err != nil {
-				return err
-			}
-		}
-	}
-	// The file plugin serves the same three records.
-	zone := "$ORIGIN file.test.\n@ 3600 IN SOA ns1.file.test. hostmaster.file.test. 1 7200 1800 86400 5\n@ 3600 IN NS ns1.file.test.\nns1 3600 IN A 127.0.0.1\n"
-	for i := range 3 {
-		zone += fmt.Sprintf("r3 5 IN A %s\n", r3.ClusterIPs[fmt.Sprintf("r3-%d", i)])
-	}
-	zonefile := filepath.Join(o.work, "file.test.db")
-	if err := os.WriteFile(zonefile, []byte(zone), 0o644); err != nil {
 		return err
 	}
 	port, err := freePort()
@@ -110,25 +84,10 @@ func throughput(ctx context.Context, cp *harness.ControlPlane, o options, r *rep
 	if err := waitAnswers(ctx, dns.Addr, "r300.db.global.", 300); err != nil {
 		return err
 	}
-
-	results := make([]perfResult, len(perfCases))
-	for round := 1; round <= o.rounds; round++ {
-		for i, pc := range perfCases { // A B A B: every case once per round
-			qps, mean, err := dnsperfRun(ctx, o, dns.Addr, pc)
-			if err != nil {
-				return err
-			}
-			p50, p99, err := dnsperfLatency(ctx, o, dns.Addr, pc)
-			if err != nil {
-				return err
-			}
-			res := &results[i]
-			res.qps, res.mean = append(res.qps, qps), append(res.mean, mean)
-			res.p50, res.p99 = append(res.p50, p50), append(res.p99, p99)
-			fmt.Printf("round %d  %-45s %9.0f qps  mean %s  p99 %s\n", round, pc.name, qps, ms(mean), ms(p99))
-		}
+	results, err := throughputRounds(ctx, o, dns.Addr)
+	if err != nil {
+		return err
 	}
-
 	s := section{
 		title: "Query throughput and latency",
 		intro: fmt.Sprintf("dnsperf 20 clients, 2 threads, EDNS, %v per run, with no rate limit (QPS, mean latency); then 3 s at 2,000 "+
@@ -147,6 +106,62 @@ func throughput(ctx context.Context, cp *harness.ControlPlane, o options, r *rep
 	r.goal("Throughput vs whoami (3 A records)", "≥ 0.95", fmt.Sprintf("%.2f (%.0f vs %.0f QPS)", ours/whoami, ours, whoami))
 	r.goal("Throughput vs the kubernetes plugin (the same 3 records)", "≥ 1.4", fmt.Sprintf("%.2f (%.0f vs %.0f QPS)", ours/kube, ours, kube))
 	return nil
+}
+
+// throughputFixtures makes the step's mirrors in namespace db, and the zone file that serves r3's
+// records to the file plugin: its path.
+func throughputFixtures(ctx context.Context, c kubernetes.Interface, o options) (string, error) {
+	if err := harness.EnsureNamespace(ctx, c, "db"); err != nil {
+		return "", err
+	}
+	ports := []harness.Port{{Name: "db", Port: 5432, TargetPort: 15432}}
+	mirror := func(svc, cluster string, n int) (*harness.MirrorObjects, error) {
+		m := harness.Mirror{Namespace: "db", Service: svc, Cluster: cluster, Ports: ports}
+		for i := range n {
+			m.Endpoints = append(m.Endpoints, harness.RemoteEndpoint{Hostname: fmt.Sprintf("%s-%d", svc, i), Ready: true})
+		}
+		return harness.CreateMirror(ctx, c, m)
+	}
+	r3, err := mirror("r3", "west", 3)
+	if err != nil {
+		return "", err
+	}
+	for svc, n := range map[string]int{"r30": 15, "r300": 150} {
+		for _, cluster := range []string{"west", "north"} {
+			if _, err := mirror(svc, cluster, n); err != nil {
+				return "", err
+			}
+		}
+	}
+	// The file plugin serves the same three records.
+	zone := "$ORIGIN file.test.\n@ 3600 IN SOA ns1.file.test. hostmaster.file.test. 1 7200 1800 86400 5\n@ 3600 IN NS ns1.file.test.\nns1 3600 IN A 127.0.0.1\n"
+	for i := range 3 {
+		zone += fmt.Sprintf("r3 5 IN A %s\n", r3.ClusterIPs[fmt.Sprintf("r3-%d", i)])
+	}
+	zonefile := filepath.Join(o.work, "file.test.db")
+	return zonefile, os.WriteFile(zonefile, []byte(zone), 0o644)
+}
+
+// throughputRounds runs every case at addr, o.rounds interleaved rounds.
+func throughputRounds(ctx context.Context, o options, addr string) ([]perfResult, error) {
+	results := make([]perfResult, len(perfCases))
+	for round := 1; round <= o.rounds; round++ {
+		for i, pc := range perfCases { // A B A B: every case once per round
+			qps, mean, err := dnsperfRun(ctx, o, addr, pc)
+			if err != nil {
+				return nil, err
+			}
+			p50, p99, err := dnsperfLatency(ctx, o, addr, pc)
+			if err != nil {
+				return nil, err
+			}
+			res := &results[i]
+			res.qps, res.mean = append(res.qps, qps), append(res.mean, mean)
+			res.p50, res.p99 = append(res.p50, p50), append(res.p99, p99)
+			fmt.Printf("round %d  %-45s %9.0f qps  mean %s  p99 %s\n", round, pc.name, qps, ms(mean), ms(p99))
+		}
+	}
+	return results, nil
 }
 
 func queryFile(o options, pc perfCase) (string, error) {
