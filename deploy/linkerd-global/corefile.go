@@ -19,37 +19,13 @@ type pluginConfig struct {
 	zones []string // fully qualified, lower case
 }
 
-// directive is one use of a directive: its arguments, and the lines of its block, tokens each.
-type directive struct {
-	args  []string
-	block [][]string
-}
-
 // directives returns each use of directive name in server block sb.
-func directives(sb caddyfile.ServerBlock, name string) []directive {
-	var out []directive
-	depth, line := 0, -1
-	for _, t := range sb.Tokens[name] {
-		switch {
-		case depth == 0 && t.Text == name && t.Line != line:
-			out = append(out, directive{})
-			line = t.Line
-		case t.Text == "{":
-			depth++
-		case t.Text == "}":
-			depth--
-		case depth == 0:
-			out[len(out)-1].args = append(out[len(out)-1].args, t.Text)
-		case t.Line != line:
-			d := &out[len(out)-1]
-			d.block = append(d.block, []string{t.Text})
-			line = t.Line
-		default:
-			d := &out[len(out)-1]
-			d.block[len(d.block)-1] = append(d.block[len(d.block)-1], t.Text)
-		}
+func directives(sb caddyfile.ServerBlock, name string) []contract.Directive {
+	ts := make([]contract.Token, len(sb.Tokens[name]))
+	for i, t := range sb.Tokens[name] {
+		ts[i] = contract.Token{Text: t.Text, Line: t.Line}
 	}
-	return out
+	return contract.Directives(name, ts)
 }
 
 // parseCorefile parses text with CoreDNS's parser.
@@ -82,11 +58,11 @@ func globalConfig(name, text string) (*pluginConfig, error) {
 		if len(ds) == 0 {
 			continue
 		}
-		o, err := contract.Read(ds[0].block)
+		o, err := contract.Read(ds[0].Block)
 		if err != nil {
 			return nil, fmt.Errorf("%s: global: %w", name, err)
 		}
-		c := &pluginConfig{Options: o, zones: zonesOf(ds[0].args, sb.Keys)}
+		c := &pluginConfig{Options: o, zones: zonesOf(ds[0].Args, sb.Keys)}
 		return c, nil
 	}
 	return nil, fmt.Errorf("%s has no global plugin", name)

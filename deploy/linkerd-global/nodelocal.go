@@ -27,10 +27,10 @@ func nodeLocalForwards(blocks []caddyfile.ServerBlock, zone string) string {
 		return fmt.Sprintf("%s: NodeLocal DNSCache has no server block for it and sends it to the node's upstream resolvers", zone)
 	}
 	fwd := directives(blocks[best], "forward")
-	if len(fwd) == 0 || len(fwd[0].args) < 2 {
+	if len(fwd) == 0 || len(fwd[0].Args) < 2 {
 		return fmt.Sprintf("%s: NodeLocal DNSCache's block %s does not forward it", zone, bestKey)
 	}
-	for _, to := range fwd[0].args[1:] {
+	for _, to := range fwd[0].Args[1:] {
 		for _, u := range upstreams {
 			if strings.Contains(to, u) {
 				return fmt.Sprintf("%s: NodeLocal DNSCache's block %s forwards it to %s, the node's upstream resolvers", zone, bestKey, to)

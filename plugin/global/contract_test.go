@@ -98,24 +98,13 @@ func globalStanzas(t *testing.T, name, text string) [][]caddyfile.Token {
 	return out
 }
 
-// optionLines are the option lines of the block of a stanza's tokens, as the CLI reads them.
-func optionLines(ts []caddyfile.Token) [][]string {
-	var out [][]string
-	depth, line := 0, -1
-	for _, t := range ts {
-		switch {
-		case t.Text == "{":
-			depth++
-		case t.Text == "}":
-			depth--
-		case depth == 0:
-		case t.Line != line:
-			out, line = append(out, []string{t.Text}), t.Line
-		default:
-			out[len(out)-1] = append(out[len(out)-1], t.Text)
-		}
+// optionLines are the option lines of a stanza's block, as the CLI reads them.
+func optionLines(stanza []caddyfile.Token) [][]string {
+	ts := make([]contract.Token, len(stanza))
+	for i, t := range stanza {
+		ts[i] = contract.Token{Text: t.Text, Line: t.Line}
 	}
-	return out
+	return contract.Directives(contract.Name, ts)[0].Block
 }
 
 // contractDiff says where o differs from what g parsed, "" nowhere.

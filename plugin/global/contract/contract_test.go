@@ -130,3 +130,16 @@ func TestRBACDoc(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectives: each use of a directive in a server block's tokens, its arguments and its
+// block's lines.
+func TestDirectives(t *testing.T) {
+	ts := []Token{{"global", 3}, {"global.", 3}, {"{", 3}, {"lease", 4}, {"dns", 4}, {"w", 4}, {"ttl", 5}, {"5", 5}, {"}", 6},
+		{"global", 7}, {"near.global.", 7}}
+	ds := Directives("global", ts)
+	if len(ds) != 2 || !slices.Equal(ds[0].Args, []string{"global."}) || len(ds[0].Block) != 2 ||
+		!slices.Equal(ds[0].Block[0], []string{"lease", "dns", "w"}) || !slices.Equal(ds[0].Block[1], []string{"ttl", "5"}) ||
+		!slices.Equal(ds[1].Args, []string{"near.global."}) || len(ds[1].Block) != 0 {
+		t.Errorf("%+v", ds)
+	}
+}

@@ -32,6 +32,48 @@ func Defaults() Options {
 		Localities: map[string]map[string]string{}, Topology: DefaultTopology(), Forwarders: DefaultForwarders()}
 }
 
+// Token is one token of a Corefile, its text and its line: caddyfile.Token's, without depending on
+// it.
+type Token struct {
+	Text string
+	Line int
+}
+
+// Directive is one use of a directive in a server block: its arguments, and the lines of its
+// block, tokens each (Read reads those of a `global`).
+type Directive struct {
+	Args  []string
+	Block [][]string
+}
+
+// Directives splits the tokens of a server block's uses of directive name (caddyfile's
+// ServerBlock.Tokens[name]) into each use.
+func Directives(name string, ts []Token) []Directive {
+	var out []Directive
+	depth, line := 0, -1
+	for _, t := range ts {
+		switch {
+		case depth == 0 && t.Text == name && t.Line != line:
+			out = append(out, Directive{})
+			line = t.Line
+		case t.Text == "{":
+			depth++
+		case t.Text == "}":
+			depth--
+		case depth == 0:
+			out[len(out)-1].Args = append(out[len(out)-1].Args, t.Text)
+		case t.Line != line:
+			d := &out[len(out)-1]
+			d.Block = append(d.Block, []string{t.Text})
+			line = t.Line
+		default:
+			d := &out[len(out)-1]
+			d.Block[len(d.Block)-1] = append(d.Block[len(d.Block)-1], t.Text)
+		}
+	}
+	return out
+}
+
 // Read reads a `global` block's option lines (each the option's name, then its arguments) from
 // the defaults. The plugin checks each option fully at startup; this reads what a started plugin
 // was given, and fails only on what it cannot read.
