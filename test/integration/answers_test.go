@@ -248,12 +248,9 @@ func TestNotSynced(t *testing.T) {
 // cluster; a malformed mirror is skipped with one log line and a metric, and breaks nothing.
 func TestReadyAndMetrics(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	localFoo(t, ns)
-	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	ns, west := fooAndWest(t)
 	// A headless "mirror" without a cluster label.
-	_, err = client().CoreV1().Services(ns).Create(ctx, &corev1.Service{
+	_, err := client().CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "broken-x", Labels: map[string]string{"mirror.linkerd.io/mirrored-service": "true"}},
 		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 1}}},
 	}, metav1.CreateOptions{})

@@ -16,10 +16,7 @@ import (
 // case, name length and answer size limits. The dig equivalents are in docs/troubleshooting.md.
 func TestProtocolCompliance(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	localFoo(t, ns)
-	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	ns, west := fooAndWest(t)
 	// Three services of 30, 74 and 255 records in two tiers, for the size limits.
 	for _, n := range []int{30, 74, 255} {
 		for i, cluster := range []string{"west", "north"} {

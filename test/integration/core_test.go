@@ -48,6 +48,27 @@ func mirrorOf(ns, svc, cluster string, ready ...bool) harness.Mirror {
 	return m
 }
 
+// fooAndWest is the suite's common mesh in a new namespace of the shared control plane: this
+// cluster's StatefulSet foo (localFoo) and west's mirror of two ready pods. It returns the
+// namespace and west's objects.
+func fooAndWest(t *testing.T) (string, *harness.MirrorObjects) {
+	t.Helper()
+	ns := namespace(t)
+	return ns, meshIn(t, client(), ns, mirror(ns, "west", true, true))
+}
+
+// meshIn makes the common mesh in namespace ns of c, made if missing: this cluster's StatefulSet
+// foo (localFooIn) and mirror m. It returns m's objects.
+func meshIn(t *testing.T, c kubernetes.Interface, ns string, m harness.Mirror) *harness.MirrorObjects {
+	t.Helper()
+	ctx := context.Background()
+	must(t, harness.EnsureNamespace(ctx, c, ns))
+	localFooIn(t, c, ns)
+	objs, err := harness.CreateMirror(ctx, c, m)
+	must(t, err)
+	return objs
+}
+
 // localFoo creates this cluster's StatefulSet foo: foo-0 and foo-1 ready in two zones, foo-2 not ready.
 func localFoo(t *testing.T, ns string) { localFooIn(t, client(), ns) }
 
@@ -69,10 +90,7 @@ func localFooIn(t *testing.T, c kubernetes.Interface, ns string) {
 
 func TestCoreScenario(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	localFoo(t, ns)
-	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	ns, west := fooAndWest(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true, false))
 	must(t, err)
 	// Linkerd objects that are never global services.

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -158,10 +157,7 @@ const docAddress = "10.96.12.34"
 // them), in front of a bin/coredns running the plugin, and asks the front a global name: the
 // plugin's answer must come back.
 func TestForwardingOnEveryDistribution(t *testing.T) {
-	ns := namespace(t)
-	localFoo(t, ns)
-	_, err := harness.CreateMirror(context.Background(), client(), mirror(ns, "west", true, true))
-	must(t, err)
+	ns, _ := fooAndWest(t)
 	// DNS only, in this namespace: the shared control plane's other namespaces are other tests'.
 	plugin := harness.StartCoreDNS(t, cp, "global:{{.Port}} {\n    global {\n        namespaces "+ns+"\n        endpointslices off\n    }\n}\n",
 		harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "KUBERNETES_SERVICE_HOST="))

@@ -85,10 +85,8 @@ func noAmplification(qname string, r *dns.Msg) error {
 // and TCP, and IN TXT stays NODATA.
 func TestExplain(t *testing.T) {
 	ctx := context.Background()
-	ns, other := namespace(t), namespace(t)
-	localFoo(t, ns)
-	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	ns, west := fooAndWest(t)
+	other := namespace(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
 	must(t, err)
 	_, err = harness.CreateMirror(ctx, client(), mirrorOf(other, "foo", "west", true))

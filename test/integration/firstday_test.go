@@ -53,10 +53,7 @@ func TestFirstDay(t *testing.T) {
 
 	// The mesh: this cluster's exported StatefulSet foo (two pods ready, one not), and west's, mirrored.
 	const ns = "db"
-	must(t, harness.EnsureNamespace(ctx, admin, ns))
-	localFooIn(t, admin, ns)
-	_, err = harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
-	must(t, err)
+	meshIn(t, admin, ns, mirror(ns, "west", true, true))
 	foreign := foreignVersions(ctx, t, own, ns)
 
 	// Install: the namespace, Pod Security restricted (TestPodSecurityRestricted), then one replica.
@@ -197,10 +194,7 @@ func TestClusterNameDefault(t *testing.T) {
 	ctx := context.Background()
 	own := harness.Start(t)
 	const ns = "db"
-	must(t, harness.EnsureNamespace(ctx, own.Client, ns))
-	localFooIn(t, own.Client, ns)
-	_, err := harness.CreateMirror(ctx, own.Client, mirror(ns, "west", true))
-	must(t, err)
+	meshIn(t, own.Client, ns, mirror(ns, "west", true))
 	harness.RunHelm(t, helms(t)["helm4"], own, "install", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global", "--create-namespace",
 		"--set", "image.repository="+imageRepository)
 	cm, err := own.Client.CoreV1().ConfigMaps("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})

@@ -21,10 +21,7 @@ import (
 // written slices, without a failed query, while the other clusters are untouched.
 func TestGatewayLiveness(t *testing.T) {
 	ctx := context.Background()
-	ns := namespace(t)
-	localFoo(t, ns)
-	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	ns, west := fooAndWest(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
 	must(t, err)
 	// An IPv6 service from both linked clusters, for AAAA.
@@ -336,10 +333,8 @@ func TestUnnamedClusterWarns(t *testing.T) {
 func TestRemoteServiceChange(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	localFoo(t, ns)
 	west := mirror(ns, "west", true, true)
-	westObjs, err := harness.CreateMirror(ctx, client(), west)
-	must(t, err)
+	westObjs := meshIn(t, client(), ns, west)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
 	must(t, err)
 	tmpl := strings.Replace(fmt.Sprintf(writerCorefile, ns), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    ready {{.Ready}}\n", 1)
