@@ -64,29 +64,35 @@ func explainSelection(s *selection, size int) []string {
 	case s.ambiguous():
 		return explainAmbiguous(s)
 	case n.form == formNone && s.scheme == schemeMCS:
-		return []string{"exists=false: not a name of this zone (names mcs): [<hostname>.<clusterid>.]<svc>.<ns>.svc, [_<port>.]_<proto>.<svc>.<ns>.svc, dns-version; <clusterid>.<svc>.<ns>.svc must not exist"}
+		return existsLine(false, "not a name of this zone (names mcs): [<hostname>.<clusterid>.]<svc>.<ns>.svc, [_<port>.]_<proto>.<svc>.<ns>.svc, dns-version; <clusterid>.<svc>.<ns>.svc must not exist")
 	case n.form == formNone:
-		return []string{"exists=false: not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms"}
+		return existsLine(false, "not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms")
 	case n.form == formVersion:
-		return []string{"exists=true: the version of the Multi-Cluster Services DNS specification this zone answers, " + mcsVersion}
+		return existsLine(true, "the version of the Multi-Cluster Services DNS specification this zone answers, "+mcsVersion)
 	case n.form == formAboveNameserver, s.svc == nil && n.short && n.svc == nameserverParent && s.exists:
-		return []string{"exists=true: an empty non-terminal above the zone's nameserver, " + nameserver(s.zone)}
+		return existsLine(true, "an empty non-terminal above the zone's nameserver, "+nameserver(s.zone))
 	case n.form == formNamespace && !s.exists:
-		return []string{fmt.Sprintf("exists=false: no global service answers in namespace %q", n.ns)}
+		return existsLine(false, fmt.Sprintf("no global service answers in namespace %q", n.ns))
 	case n.form == formNamespace:
-		return []string{fmt.Sprintf("exists=true: an empty non-terminal: global services answer in namespace %q", n.ns)}
+		return existsLine(true, fmt.Sprintf("an empty non-terminal: global services answer in namespace %q", n.ns))
 	case s.svc == nil && !s.exists:
-		return []string{fmt.Sprintf("exists=false: no global service %s", serviceName(n))}
+		return existsLine(false, "no global service "+serviceName(n))
 	case s.svc == nil:
-		return []string{fmt.Sprintf("exists=true: an empty non-terminal: namespace %s has global services that answer", n.svc)}
+		return existsLine(true, "an empty non-terminal: namespace "+n.svc+" has global services that answer")
 	}
 	return explainService(s, size)
 }
 
+// existsLine is the explanation of a name that is no global service's: whether it exists, and what
+// it is or why not.
+func existsLine(b bool, what string) []string {
+	return []string{contract.Line{}.Add(contract.KeyExists, fmt.Sprintf("%t: %s", b, what)).String()}
+}
+
 // explainAmbiguous explains a short name that several namespaces have: each candidate's summary.
 func explainAmbiguous(s *selection) []string {
-	lines := []string{fmt.Sprintf("name=%s ambiguous=true namespaces=%s: ask for %s.<namespace>, or list one in prefer_namespaces",
-		s.name.svc, strings.Join(s.namespaces(), ","), s.name.svc)}
+	lines := []string{contract.Line{}.Add(contract.KeyName, s.name.svc).Add(contract.KeyAmbiguous, true).Add(contract.KeyNamespaces,
+		strings.Join(s.namespaces(), ",")+": ask for "+s.name.svc+".<namespace>, or list one in prefer_namespaces").String()}
 	for i := range s.candidates {
 		lines = append(lines, explainService(&s.candidates[i], 0)[0])
 	}
@@ -120,13 +126,14 @@ func explainService(s *selection, size int) []string {
 		return cmp.Or(cmp.Compare(notReady(a.r), notReady(b.r)), cmp.Compare(a.r.Family(), b.r.Family()), cmp.Compare(a.tier, b.tier))
 	})
 	// Names below the apex are explained once synced only: SERVFAIL before.
-	summary := fmt.Sprintf("service=%s records=%d left-out=%d synced=true serial=%d age=%d policy=%s from=%s",
-		svc.Key, answered, leftOut, s.snap.Serial, age(svc.Built()), strings.ReplaceAll(s.policy.String(), " ", "-"), s.from)
-	summary += explainQuerier(s)
+	summary := contract.Line{}.Add(contract.KeyService, svc.Key).Add(contract.KeyRecords, answered).Add(contract.KeyLeftOut, leftOut).
+		Add(contract.KeySynced, true).Add(contract.KeySerial, s.snap.Serial).Add(contract.KeyAge, age(svc.Built())).
+		Add(contract.KeyPolicy, strings.ReplaceAll(s.policy.String(), " ", "-")).Add(contract.KeyFrom, s.from)
+	summary = explainQuerier(summary, s)
 	if !s.exists {
-		summary += " exists=false: no ready record here"
+		summary = summary.Add(contract.KeyExists, "false: no ready record here")
 	}
-	out := append([]string{summary}, explainTiers(s)...)
+	out := append([]string{summary.String()}, explainTiers(s)...)
 	member := map[string]string{}
 	for _, m := range svc.Members {
 		member[topo.ClusterOf(m)] = m.Namespace + "/" + m.Name
@@ -147,8 +154,8 @@ func explainService(s *selection, size int) []string {
 		if s.client != nil {
 			why = topo.ClientWhy(r, s.client)
 		}
-		text := fmt.Sprintf("addr=%s host=%s cluster=%s tier=%d why=%s member=%s state=%s%s",
-			r.Addr(), r.Host, r.Cluster, l.tier, why, member[r.Cluster], state, more)
+		text := append(contract.Line{}.Add(contract.KeyAddr, r.Addr()).Add(contract.KeyHost, r.Host).Add(contract.KeyCluster, r.Cluster).
+			Add(contract.KeyTier, l.tier).Add(contract.KeyWhy, why).Add(contract.KeyMember, member[r.Cluster]).Add(contract.KeyState, state), more...).String()
 		out, least = append(out, text), least+len(text)+13
 	}
 	return out
@@ -164,18 +171,18 @@ func notReady(r *index.Record) int {
 
 // recordState is the state= of record r's line, and what follows it: the ports of an SRV name,
 // or where the SRV answer of an address name differs from its address answers.
-func recordState(s *selection, r *index.Record) (state, more string) {
+func recordState(s *selection, r *index.Record) (state string, more contract.Line) {
 	n := s.name
 	state = strings.ReplaceAll(r.State(), "_", "-")
 	switch {
 	case n.form == formSRV || n.form == formProto:
-		if more = portsOf(r, n); more == "" && r.Ready {
+		if more = portsOf(r, n); more == nil && r.Ready {
 			state = "no-matching-port"
 		}
 	case s.inSRV(r) != s.answers(r):
 		// The SRV answer keeps whole tiers of targets, the address answers of addresses of one
 		// family: where a tier holds one family only, they can differ.
-		more = map[bool]string{true: " srv=answered", false: " srv=left-out"}[s.inSRV(r)]
+		more = contract.Line{}.Add(contract.KeySRV, map[bool]string{true: "answered", false: "left-out"}[s.inSRV(r)])
 	}
 	switch {
 	case s.answers(r), state != index.StateReady:
@@ -189,20 +196,20 @@ func recordState(s *selection, r *index.Record) (state, more string) {
 	return state, more
 }
 
-// explainQuerier says, with client_locality, whom the answer is ranked from: the client's place
-// and how it was learned, or unknown: the cluster's view.
-func explainQuerier(s *selection) string {
+// explainQuerier adds to l, with client_locality, whom the answer is ranked from: the client's
+// place and how it was learned, or unknown: the cluster's view.
+func explainQuerier(l contract.Line, s *selection) contract.Line {
 	switch {
 	case s.learned == "":
-		return ""
+		return l
 	case s.client == nil:
-		return " client=unknown"
+		return l.Add(contract.KeyClient, "unknown")
 	}
-	return " client=" + s.svc.Topology().Describe(s.client) + " client-from=" + s.learned
+	return l.Add(contract.KeyClient, s.svc.Topology().Describe(s.client)).Add(contract.KeyClientFrom, s.learned)
 }
 
-// portsOf is " port=P,Q" for the ports of r that n asks for, "" for none.
-func portsOf(r *index.Record, n name) string {
+// portsOf is port=P,Q for the ports of r that n asks for, nil for none.
+func portsOf(r *index.Record, n name) contract.Line {
 	var ps []string
 	for _, p := range r.Ports {
 		if n.matchesPort(p) {
@@ -210,9 +217,9 @@ func portsOf(r *index.Record, n name) string {
 		}
 	}
 	if len(ps) == 0 {
-		return ""
+		return nil
 	}
-	return " port=" + strings.Join(ps, ",")
+	return contract.Line{}.Add(contract.KeyPort, strings.Join(ps, ","))
 }
 
 // explainTiers says, under a nearest policy, which tiers of members the name answers, and why
@@ -256,15 +263,16 @@ func explainTiers(s *selection) []string {
 	var lines []string
 	for _, t := range slices.Sorted(maps.Keys(tiers)) {
 		answered := s.answersTier(t)
-		line := fmt.Sprintf("tier=%d clusters=%s ready=%d answered=%t", t, strings.Join(tiers[t].clusters, ","), tiers[t].ready, answered)
+		line := contract.Line{}.Add(contract.KeyTier, t).Add(contract.KeyClusters, strings.Join(tiers[t].clusters, ",")).
+			Add(contract.KeyReady, tiers[t].ready).Add(contract.KeyAnswered, answered)
 		switch {
 		case answered:
 		case tiers[t].ready == 0:
-			line += " why=no-ready-record"
+			line = line.Add(contract.KeyWhy, "no-ready-record")
 		default:
-			line += fmt.Sprintf(" why=nearer-tiers-hold-%d", s.policy.Nearest)
+			line = line.Add(contract.KeyWhy, fmt.Sprintf("nearer-tiers-hold-%d", s.policy.Nearest))
 		}
-		lines = append(lines, line)
+		lines = append(lines, line.String())
 	}
 	return lines
 }

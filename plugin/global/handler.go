@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
 	"github.com/coredns/coredns/coremain"
@@ -158,11 +159,11 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 	case n.form == formApex:
 		lines = explainReplica(g.replica(), snap)
 	case n.form == formNameserver:
-		lines = []string{"nameserver=" + questionName(state.Req) + " addrs=" + joinAddrs(g.nsAddrs)}
+		lines = []string{contract.Line{}.Add(contract.KeyNameserver, questionName(state.Req)).Add(contract.KeyAddrs, joinAddrs(g.nsAddrs)).String()}
 	case !g.index.Ready():
 		m.Authoritative = false
 		m.Rcode = dns.RcodeServerFailure
-		lines = []string{"synced=false: waiting for the Kubernetes API; IN answers SERVFAIL until then"}
+		lines = []string{contract.Line{}.Add(contract.KeySynced, "false: waiting for the Kubernetes API; IN answers SERVFAIL until then").String()}
 	default:
 		var s selection
 		g.selectName(&s, snap, state.Zone, &n, dns.TypeTXT, q, nil)

@@ -29,8 +29,28 @@ const (
 	KeyNotReady    = "not-ready"
 	KeyTerminating = "terminating"
 	KeyGatewayDown = "gateway-down"
-	// A name's explanation.
-	KeyExists = "exists"
+	// A name's explanation: what it is, or its summary (the first line) and, under nearest, one
+	// line per tier; then one line per record.
+	KeyExists     = "exists" // false: prose why; true: prose what
+	KeyName       = "name"
+	KeyAmbiguous  = "ambiguous"
+	KeyNamespaces = "namespaces"
+	KeyService    = "service"
+	KeyLeftOut    = "left-out"
+	KeyPolicy     = "policy"
+	KeyClient     = "client"
+	KeyClientFrom = "client-from"
+	KeyClusters   = "clusters"
+	KeyAnswered   = "answered"
+	KeyAddr       = "addr"
+	KeyHost       = "host"
+	KeyMember     = "member"
+	KeyState      = "state"
+	KeyPort       = "port"
+	KeySRV        = "srv"
+	// The nameserver's name.
+	KeyNameserver = "nameserver"
+	KeyAddrs      = "addrs"
 )
 
 // Field is one key=value word of a line.
