@@ -63,24 +63,24 @@ func explainSelection(s *selection, size int) []string {
 	switch {
 	case s.ambiguous():
 		return explainAmbiguous(s)
-	case n.form == formNone && s.scheme == schemeMCS:
+	case s.kind == kindService:
+		return explainService(s, size)
+	case s.kind == kindNone && s.scheme == schemeMCS:
 		return existsLine(false, "not a name of this zone (names mcs): [<hostname>.<clusterid>.]<svc>.<ns>.svc, [_<port>.]_<proto>.<svc>.<ns>.svc, dns-version; <clusterid>.<svc>.<ns>.svc must not exist")
-	case n.form == formNone:
+	case s.kind == kindNone:
 		return existsLine(false, "not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms")
-	case n.form == formVersion:
+	case s.kind == kindVersion:
 		return existsLine(true, "the version of the Multi-Cluster Services DNS specification this zone answers, "+mcsVersion)
-	case n.form == formAboveNameserver, s.svc == nil && n.short && n.svc == nameserverParent && s.exists:
+	case s.kind == kindAboveNameserver:
 		return existsLine(true, "an empty non-terminal above the zone's nameserver, "+nameserver(s.zone))
-	case n.form == formNamespace && !s.exists:
+	case s.kind == kindNamespace && !s.exists:
 		return existsLine(false, fmt.Sprintf("no global service answers in namespace %q", n.ns))
-	case n.form == formNamespace:
+	case s.kind == kindNamespace:
 		return existsLine(true, fmt.Sprintf("an empty non-terminal: global services answer in namespace %q", n.ns))
-	case s.svc == nil && !s.exists:
-		return existsLine(false, "no global service "+serviceName(n))
-	case s.svc == nil:
+	case s.kind == kindNamespaceOfServices:
 		return existsLine(true, "an empty non-terminal: namespace "+n.svc+" has global services that answer")
 	}
-	return explainService(s, size)
+	return existsLine(false, "no global service "+serviceName(n))
 }
 
 // existsLine is the explanation of a name that is no global service's: whether it exists, and what

@@ -44,9 +44,24 @@ type selection struct {
 	srv     index.View
 
 	// exists says whether the name exists (RFC 8020): it has records, or is an empty non-terminal
-	// above a name that has.
+	// above a name that has. kind says what the name is: a global service's, or which other.
 	exists bool
+	kind   nameKind
 }
+
+// nameKind is what a name of a zone is: a global service's name, or which other (what its
+// explanation says of it). The selection decides it, once, with whether the name exists.
+type nameKind uint8
+
+const (
+	kindService             nameKind = iota // a global service's (its view may be empty)
+	kindNone                                // no name of the zone's scheme
+	kindVersion                             // dns-version (names mcs)
+	kindAboveNameserver                     // dns.<zone>, above the nameserver's name
+	kindNamespace                           // <ns>.<zone> (or <ns>.svc.<zone>)
+	kindNoService                           // no global service of that name
+	kindNamespaceOfServices                 // a short name that is a namespace whose services answer
+)
 
 // ambiguous reports whether the name is a short name that several namespaces have.
 func (s *selection) ambiguous() bool { return len(s.candidates) > 0 }

@@ -34,7 +34,7 @@ func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n
 }
 
 // choose sets what s's service answers for its name and qtype, no more than limit records of a
-// family: the view, the policy and the records kept, and whether the name exists.
+// family: the view, the policy and the records kept, and what the name is and whether it exists.
 func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	n := &s.name
 	reshape := false
@@ -47,8 +47,9 @@ func (c *selector) choose(s *selection, qtype uint16, limit int) {
 		s.view = s.svc.Select(n.cluster, n.host, portFilter(s, limit), limit)
 		reshape = n.zonal != zonalNone || s.client != nil
 	}
-	// A zonal name exists where its service's name does.
-	s.exists = nameExists(s.snap, n, s.view) && (n.zonal == zonalNone || s.svc != nil)
+	// What the name is, and whether it exists, by the cluster's view: a zonal name exists where
+	// its service's name does.
+	s.kind, s.exists = nameIs(s.snap, n, s.svc, s.view)
 	if reshape {
 		s.reshape(limit)
 	}
@@ -213,26 +214,38 @@ func below(rs []index.Record, tier uint8) []index.Record {
 	return rs[:i:i]
 }
 
-// nameExists reports whether name n, whose view is view, exists. As in RFC 8020, nothing exists below
-// a name that does not: a name exists when it answers, or when it is an empty non-terminal above
-// one that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints;
-// so does this plugin, and so for everything below it. A one-label name may be a namespace with a
+// nameIs says what name n is, whose global service is svc (nil: none) and view view, and whether
+// it exists: each form of name is dispatched here, once. As in RFC 8020, nothing exists below a
+// name that does not: a name exists when it answers, or when it is an empty non-terminal above one
+// that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints; so
+// does this plugin, and so for everything below it. A one-label name may be a namespace with a
 // global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
 // when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
-func nameExists(snap *index.Snapshot, n *name, view index.View) bool {
+func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View) (nameKind, bool) {
+	short := n.form == formService && n.short
 	switch {
-	case n.form == formVersion, n.form == formAboveNameserver:
-		return true
+	case n.form == formNone:
+		return kindNone, false
+	case n.zonal != zonalNone && svc == nil: // a zonal name exists where its service's name does
+		return kindNoService, false
+	case n.form == formVersion:
+		return kindVersion, true
+	case n.form == formAboveNameserver, svc == nil && short && n.svc == nameserverParent:
+		return kindAboveNameserver, true
 	case n.form == formNamespace && n.ns == "":
-		return snap.Answers()
+		return kindNamespace, snap.Answers()
 	case n.form == formNamespace:
-		return snap.HasNamespace(n.ns)
+		return kindNamespace, snap.HasNamespace(n.ns)
+	case svc == nil && short && snap.HasNamespace(n.svc):
+		return kindNamespaceOfServices, true
+	case svc == nil:
+		return kindNoService, false
 	case view.Empty():
-		return n.form == formService && n.short && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
+		return kindService, short && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
 	case n.form == formProto, n.form == formSRV:
-		return anyMatches(view.A, n) || anyMatches(view.AAAA, n)
+		return kindService, anyMatches(view.A, n) || anyMatches(view.AAAA, n)
 	}
-	return true
+	return kindService, true
 }
 
 // anyMatches reports whether n matches a record of rs.
