@@ -47,20 +47,8 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		// Zone transfers are not offered: the zone is computed, not stored.
 		m.Authoritative = false
 		m.Rcode = dns.RcodeRefused
-	case chaos:
-		final = g.explainName(state, m, snap, n, q)
-	case n.form == formApex:
-		g.apex(state, m, snap)
-	case n.form == formNameserver:
-		g.nameserver(state, m, snap)
-	case !g.index.Ready():
-		// Never NXDOMAIN before the first sync: the name may well exist.
-		g.unsynced(r, m)
 	default:
-		var s selection
-		g.selectName(&s, snap, zone, &n, state.QType(), q, &state)
-		final = s.ambiguous()
-		g.answer(&state, m, &s)
+		final = g.respond(&state, m, snap, &n, q, chaos)
 	}
 	if ecs != nil {
 		if len(m.Answer) == 0 {
@@ -109,13 +97,6 @@ func limitAmplification(state *request.Request, m *dns.Msg) {
 	}
 }
 
-// unsynced makes m the answer of a name below the apex before the first sync.
-func (g *Global) unsynced(r, m *dns.Msg) {
-	m.Authoritative = false
-	m.Rcode = dns.RcodeServerFailure
-	setEDE(r, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
-}
-
 // matchZone returns the longest of zones that qname is in, "" for none: plugin.Zones.Matches
 // without its allocations (qname and zones are lower case and fully qualified).
 func matchZone(zones []string, qname string) string {
@@ -150,31 +131,55 @@ func newReply(r *dns.Msg) *dns.Msg {
 	return m
 }
 
-// explainName answers a query in class CH: TXT records with the explanation of the IN answer for
-// the same name, from the same snapshot, with the same rcode, and class CH records only. It reports
-// whether the name is an ambiguous short name, which fallthrough must not pass on.
-func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snapshot, n name, q querier) (ambiguous bool) {
-	var lines []string
+// respond answers name n in class IN, or in class CH (chaos) with the explanation of the IN
+// answer for the same name, from the same snapshot, with the same rcode: each form of name is
+// dispatched here once, to its answer and its explanation (below the apex, by the selection:
+// nameIs). It reports whether the name is an ambiguous short name, which fallthrough must not
+// pass on.
+func (g *Global) respond(state *request.Request, m *dns.Msg, snap *index.Snapshot, n *name, q querier, chaos bool) (ambiguous bool) {
+	var lines []string // the explanation
 	switch {
-	case n.form == formApex:
+	case n.form == formApex && chaos:
 		lines = explainReplica(g.replica(), snap)
-	case n.form == formNameserver:
+	case n.form == formApex:
+		g.apex(*state, m, snap)
+	case n.form == formNameserver && chaos:
 		lines = []string{contract.Line{}.Add(contract.KeyNameserver, questionName(state.Req)).Add(contract.KeyAddrs, joinAddrs(g.nsAddrs)).String()}
+	case n.form == formNameserver:
+		g.nameserver(*state, m, snap)
 	case !g.index.Ready():
+		// Never NXDOMAIN before the first sync: the name may well exist.
 		m.Authoritative = false
 		m.Rcode = dns.RcodeServerFailure
+		if !chaos {
+			setEDE(state.Req, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
+		}
 		lines = []string{contract.Line{}.Add(contract.KeySynced, "false: waiting for the Kubernetes API; IN answers SERVFAIL until then").String()}
-	default:
+	case chaos:
 		var s selection
-		g.selectName(&s, snap, state.Zone, &n, dns.TypeTXT, q, nil)
+		g.selectName(&s, snap, state.Zone, n, dns.TypeTXT, q, nil)
 		switch ambiguous = s.ambiguous(); {
 		case ambiguous:
-			g.answerAmbiguous(state, m, &s)
+			g.answerAmbiguous(*state, m, &s)
 		case !s.exists:
 			m.Rcode = dns.RcodeNameError
 		}
 		lines = explainSelection(&s, state.Size())
+	default:
+		var s selection
+		g.selectName(&s, snap, state.Zone, n, state.QType(), q, state)
+		g.answer(state, m, &s)
+		return s.ambiguous()
 	}
+	if chaos {
+		g.explanation(state, m, snap, lines)
+	}
+	return ambiguous
+}
+
+// explanation renders lines, the explanation of a name, into m: TXT records of class CH (for a
+// TXT or ANY question), else the zone's SOA.
+func (g *Global) explanation(state *request.Request, m *dns.Msg, snap *index.Snapshot, lines []string) {
 	if q := state.QType(); q == dns.TypeTXT || q == dns.TypeANY {
 		for _, l := range lines {
 			m.Answer = append(m.Answer, &dns.TXT{
@@ -186,7 +191,6 @@ func (g *Global) explainName(state request.Request, m *dns.Msg, snap *index.Snap
 	if len(m.Answer) == 0 && m.Rcode != dns.RcodeRefused && m.Rcode != dns.RcodeServerFailure {
 		m.Ns = []dns.RR{g.soa(state.Zone, snap, dns.ClassCHAOS)}
 	}
-	return ambiguous
 }
 
 // replica is what the apex's explanation says of this replica.
