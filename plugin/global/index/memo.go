@@ -50,8 +50,9 @@ func (m *memo) slot(k *memoKey, h uint64) *atomic.Pointer[memoEntry] {
 	return &m.slots[h%memoSlots]
 }
 
-// classOf is a client's class under topology t: its zone, then its labels of t's client keys but
-// the node's. Label values hold no NUL.
+// classOf is a client's class under topology t: its labels of t's client keys but the node's, which
+// decide its tiers, and first its zone, which the walk groups local records by whether or not the
+// zone is a client key. Label values hold no NUL.
 func classOf(c *Client, t *Topology) string {
 	var b strings.Builder
 	b.WriteString(c.Zone())
