@@ -153,6 +153,7 @@ func (g *Global) respond(state *request.Request, m *dns.Msg, snap *index.Snapsho
 		m.Rcode = dns.RcodeServerFailure
 		if !chaos {
 			setEDE(state.Req, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
+			return false
 		}
 		lines = []string{contract.Line{}.Add(contract.KeySynced, "false: waiting for the Kubernetes API; IN answers SERVFAIL until then").String()}
 	case chaos:
