@@ -244,9 +244,15 @@ func rankedMemory(ctx context.Context, r *report) error {
 	if len(placed) == 0 || len(memo) == 0 {
 		return fmt.Errorf("no placed-B/record or memo-B/answer in %q", out)
 	}
-	r.goal("Memory of ranked answers, a service of 10,000 endpoints on 100 nodes (client_locality; in process: `go test -bench RankedMemory ./plugin/global/index/`)",
-		"≤ 32 B per record placed; ≤ 3 KB per remembered answer of 100 records, 64 at most per service",
-		fmt.Sprintf("%.0f B per record, %.0f B per answer (medians of %d)", quantile(placed, .5), quantile(memo, .5), len(placed)))
+	// No issue set a goal for this memory: it is reported, as issue 46 asks, not held to one.
+	r.add(section{
+		title: "Memory of answers ranked from the client",
+		intro: fmt.Sprintf("`go test -run '^$' -bench RankedMemory -benchtime 1x -count 3 ./plugin/global/index/`: beside a local service "+
+			"of 10,000 endpoints on 100 nodes over 3 zones, what ranked answers keep (live heap after a full GC): its records grouped by "+
+			"node and zone, %.0f B per record (`placed-B/record`), and each remembered answer of 100 records (what a 512-byte reply is read "+
+			"for), %.0f B (`memo-B/answer`), up to 64 per version of the service. Medians of %d.", quantile(placed, .5), quantile(memo, .5), len(placed)),
+		after: strings.Join(out, "\n") + "\n",
+	})
 	return nil
 }
 
