@@ -29,7 +29,8 @@ type Node struct {
 }
 
 // CreateNode creates a Node with the zone, region and hostname labels and a
-// Ready condition (written through the status subresource).
+// Ready condition (written through the status subresource), as a kubelet
+// registers its node (kubernetes pkg/kubelet/kubelet_node_status.go).
 func CreateNode(ctx context.Context, c kubernetes.Interface, n Node) error {
 	labels := map[string]string{corev1.LabelHostname: n.Name}
 	if n.Zone != "" {

@@ -1,7 +1,8 @@
 package harness
 
 // What Linkerd's service mirror writes per remote pod and for the gateway: the per-pod mirrors of
-// a headless mirror, their liveness, and ClusterIP and remote-discovery mirrors.
+// a headless mirror (linkerd2 multicluster/service-mirror/cluster_watcher_headless.go), their
+// liveness, and ClusterIP and remote-discovery mirrors (cluster_watcher.go).
 
 import (
 	"context"
@@ -15,7 +16,9 @@ import (
 )
 
 // createPodMirror creates the per-pod "endpoint mirror" Service of hostname
-// and its Endpoints to the gateway, and records its ClusterIP in objs.
+// and its Endpoints to the gateway, and records its ClusterIP in objs
+// (linkerd2 multicluster/service-mirror/cluster_watcher_headless.go
+// createEndpointMirrorService).
 func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, hostname string, objs *MirrorObjects) error {
 	name := MirroredName(hostname, m.Cluster)
 	labels := mirrorLabels(m.Cluster, m.Labels)
@@ -150,7 +153,8 @@ func deleteServiceAndEndpoints(ctx context.Context, c kubernetes.Interface, name
 }
 
 // CreateClusterIPMirror creates Linkerd's mirror of a non-headless remote
-// service: ClusterIP Service <svc>-<cluster> and Endpoints to the gateway.
+// service: ClusterIP Service <svc>-<cluster> and Endpoints to the gateway
+// (linkerd2 multicluster/service-mirror/cluster_watcher.go).
 // It must never become a global service.
 func CreateClusterIPMirror(ctx context.Context, c kubernetes.Interface, namespace, service, cluster string, ports []Port) error {
 	name := MirroredName(service, cluster)
@@ -173,7 +177,9 @@ func CreateClusterIPMirror(ctx context.Context, c kubernetes.Interface, namespac
 
 // CreateRemoteDiscoveryMirror creates Linkerd's (>= 2.14) remote-discovery
 // mirror: ClusterIP Service <svc>-<cluster> with labels remote-discovery
-// and remote-service, and no Endpoints. It must never become a global
+// and remote-service, and no Endpoints (linkerd2
+// multicluster/service-mirror/cluster_watcher.go; the labels,
+// pkg/k8s/labels.go). It must never become a global
 // service.
 func CreateRemoteDiscoveryMirror(ctx context.Context, c kubernetes.Interface, namespace, service, cluster string, ports []Port) error {
 	name := MirroredName(service, cluster)
