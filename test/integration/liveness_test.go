@@ -270,8 +270,11 @@ func TestGatewayBlip(t *testing.T) {
 		}
 		return nil
 	})
-	must(t, explains(t, c, fooNS, dns.RcodeSuccess, "records=4 left-out=1",
-		"host=foo-1 cluster=west tier=2 why=region:us-east-1 member="+ns+"/foo-west state=ready"))
+	// The index follows the slices' watch events: polled, as every other state here.
+	eventually(t, "the explanation of west back", func() error {
+		return explains(t, c, fooNS, dns.RcodeSuccess, "records=4 left-out=1",
+			"host=foo-1 cluster=west tier=2 why=region:us-east-1 member="+ns+"/foo-west state=ready")
+	})
 }
 
 func btoi(b bool) int {
