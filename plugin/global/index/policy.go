@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -93,13 +94,15 @@ func (s *Service) Clusters() []MemberCluster {
 }
 
 // Keep returns the prefix of rs, one address family's ready records in tier order, that p
-// answers: all of them, or the nearest tiers until they hold at least p.Nearest.
+// answers: all of them, or the nearest tiers until they hold at least p.Nearest. Tiers ascend, so
+// the end of the tier that holds the p.Nearest-th record is found by bisection: what Ends says
+// for each record in turn, in O(log n).
 func (p Policy) Keep(rs []Record) []Record {
-	i := 0
-	for i < len(rs) && !(i > 0 && p.Ends(rs[i].Tier, rs[i-1].Tier, i)) {
-		i++
+	if p.Nearest == 0 || len(rs) <= p.Nearest {
+		return rs
 	}
-	return rs[:i]
+	last := rs[p.Nearest-1].Tier
+	return rs[:sort.Search(len(rs), func(i int) bool { return i >= p.Nearest && p.Ends(rs[i].Tier, last, i) })]
 }
 
 // Ends reports whether an answer under p ends before tier, which follows tier last (tiers come
