@@ -2,9 +2,11 @@ package global
 
 import (
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"sort"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -41,11 +43,12 @@ func (mk *recordMaker) soa(zone string, snap *index.Snapshot, class uint16) *dns
 	return soa
 }
 
-// addrs returns one A or AAAA record per record, in the index's (tier) order, each tier rotated
-// by a random offset unless rotation is off: naive clients dial the first address, and the
-// loadbalance plugin would shuffle the tiers away. It makes no more than the reply to req can
-// hold and one (the server truncates the reply to fit, and says so): the work of an answer is
-// bounded by the client's buffer, whatever the service's size.
+// addrs returns one A or AAAA record per record of rs (one family's, in the index's tier order),
+// each tier rotated by a random offset unless rotation is off: naive clients dial the first
+// address, and the loadbalance plugin would shuffle the tiers away. It makes no more than the
+// reply to req can hold and one (the server truncates the reply to fit, and says so), and finds a
+// tier's end by bisection: the work of an answer is bounded by the client's buffer, whatever the
+// service's size.
 func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Request) []dns.RR {
 	if len(rs) == 0 {
 		return nil
@@ -55,18 +58,42 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Reque
 	if mk.rotate && len(rs) > 1 {
 		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
 	}
-	var recs records
-	for i := 0; i < len(out); {
-		j := i + 1
-		for j < len(rs) && rs[j].Tier == rs[i].Tier {
-			j++
+	if rs[0].Addr().Is4() {
+		recs, hdr := make([]aRecord, len(out)), mk.hdr(owner, dns.TypeA)
+		for o, r := range tierOrder(rs, off, len(out)) {
+			out[o] = recs[o].set(hdr, r.Addr())
 		}
-		for k, n := 0, j-i; k < n && i+k < len(out); k++ {
-			out[i+k] = recs.next(mk, owner, rs[i+(k+off)%n].Addr(), len(out)-i-k)
-		}
-		i = j
+		return out
+	}
+	recs, hdr := make([]aaaaRecord, len(out)), mk.hdr(owner, dns.TypeAAAA)
+	for o, r := range tierOrder(rs, off, len(out)) {
+		out[o] = recs[o].set(hdr, r.Addr())
 	}
 	return out
+}
+
+// tierOrder yields the first n of rs (in tier order) numbered from 0, each tier begun at offset
+// off within it and wrapped around. A tier's end is found by bisection: the walk reads n records,
+// not every record of the tiers it reaches.
+func tierOrder(rs []index.Record, off, n int) iter.Seq2[int, *index.Record] {
+	return func(yield func(int, *index.Record) bool) {
+		for i, o := 0, 0; o < n && i < len(rs); {
+			tier := rs[i].Tier
+			j := i + sort.Search(len(rs)-i, func(k int) bool { return rs[i+k].Tier != tier })
+			size := j - i
+			from := i + off%size
+			for c := 0; c < size && o < n; c, o = c+1, o+1 {
+				k := from + c
+				if k >= j {
+					k -= size
+				}
+				if !yield(o, &rs[k]) {
+					return
+				}
+			}
+			i = j
+		}
+	}
 }
 
 // answer renders selection s, of a name below the apex, into m.
@@ -192,25 +219,29 @@ type aaaaRecord struct {
 	ip [16]byte
 }
 
-// next returns the record of a, making room for up to left more of its family when it has none.
-func (rs *records) next(mk *recordMaker, owner string, a netip.Addr, left int) dns.RR {
+// next returns the record of a, with owner, from the room made for its family.
+func (rs *records) next(mk *recordMaker, owner string, a netip.Addr) dns.RR {
 	if a.Is4() {
-		if len(rs.a) == 0 {
-			rs.a = make([]aRecord, left)
-		}
 		r := &rs.a[0]
 		rs.a = rs.a[1:]
-		r.ip = a.As4()
-		r.A = dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: r.ip[:]}
-		return &r.A
-	}
-	if len(rs.aaaa) == 0 {
-		rs.aaaa = make([]aaaaRecord, left)
+		return r.set(mk.hdr(owner, dns.TypeA), a)
 	}
 	r := &rs.aaaa[0]
 	rs.aaaa = rs.aaaa[1:]
+	return r.set(mk.hdr(owner, dns.TypeAAAA), a)
+}
+
+// set makes r the A record of a, with header hdr.
+func (r *aRecord) set(hdr dns.RR_Header, a netip.Addr) dns.RR {
+	r.ip = a.As4()
+	r.A = dns.A{Hdr: hdr, A: r.ip[:]}
+	return &r.A
+}
+
+// set makes r the AAAA record of a, with header hdr.
+func (r *aaaaRecord) set(hdr dns.RR_Header, a netip.Addr) dns.RR {
 	r.ip = a.As16()
-	r.AAAA = dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: r.ip[:]}
+	r.AAAA = dns.AAAA{Hdr: hdr, AAAA: r.ip[:]}
 	return &r.AAAA
 }
 
@@ -246,10 +277,10 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 		target := names[:t.nameLen]
 		names = names[t.nameLen:]
 		for _, r := range t.A {
-			extra = append(extra, glue.next(mk, target, r.Addr(), 0))
+			extra = append(extra, glue.next(mk, target, r.Addr()))
 		}
 		for _, r := range t.AAAA {
-			extra = append(extra, glue.next(mk, target, r.Addr(), 0))
+			extra = append(extra, glue.next(mk, target, r.Addr()))
 		}
 		for _, p := range t.Ports {
 			if n.matchesPort(p) {
