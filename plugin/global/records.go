@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"sort"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -73,13 +72,12 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Reque
 }
 
 // tierOrder yields the first n of rs (in tier order) numbered from 0, each tier begun at offset
-// off within it and wrapped around. A tier's end is found by bisection: the walk reads n records,
-// not every record of the tiers it reaches.
+// off within it and wrapped around. The walk reads n records and the ends of the tiers they are
+// in, not every record of those tiers.
 func tierOrder(rs []index.Record, off, n int) iter.Seq2[int, *index.Record] {
 	return func(yield func(int, *index.Record) bool) {
 		for i, o := 0, 0; o < n && i < len(rs); {
-			tier := rs[i].Tier
-			j := i + sort.Search(len(rs)-i, func(k int) bool { return rs[i+k].Tier != tier })
+			j := tierEnd(rs, i)
 			size := j - i
 			from := i + off%size
 			for c := 0; c < size && o < n; c, o = c+1, o+1 {
@@ -94,6 +92,23 @@ func tierOrder(rs []index.Record, off, n int) iter.Seq2[int, *index.Record] {
 			i = j
 		}
 	}
+}
+
+// tierEnd returns the end of the tier of rs[i] (rs in tier order): one read when the tier is that
+// record alone, as a client's nearest tiers often are, else a bisection of the rest.
+func tierEnd(rs []index.Record, i int) int {
+	tier, lo, hi := rs[i].Tier, i, len(rs)
+	if lo+1 < hi && rs[lo+1].Tier != tier {
+		return lo + 1
+	}
+	for lo+1 < hi { // rs[lo] is in the tier, rs[hi] (if any) is not
+		if m := int(uint(lo+hi) >> 1); rs[m].Tier == tier {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	return hi
 }
 
 // answer renders selection s, of a name below the apex, into m.
