@@ -140,7 +140,7 @@ func installPolicy(ctx context.Context, cp *harness.ControlPlane, rendered, toke
 	for {
 		_, err := as.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{})
 		switch {
-		case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'"):
+		case deniedBy(err, policy):
 			return nil
 		case err == nil:
 			if err := cp.Client.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, probe.Name, metav1.DeleteOptions{}); err != nil {
@@ -154,6 +154,25 @@ func installPolicy(ctx context.Context, cp *harness.ControlPlane, rendered, toke
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// deniedBy reports whether err is admission policy's (its name) denial.
+func deniedBy(err error, policy string) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'")
+}
+
+// eventuallyInForce waits until the API server enforces admission policy (its name): until
+// create, asked by dry run, is denied by it. The server compiles a new policy into its hooks up to
+// a second after it is written (k8s.io/apiserver pkg/admission/plugin/policy/generic/
+// policy_source.go), later on a busy machine.
+func eventuallyInForce(t *testing.T, policy string, create func(metav1.CreateOptions) error) {
+	t.Helper()
+	eventually(t, "the policy "+policy+" in force", func() error {
+		if err := create(metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !deniedBy(err, policy) {
+			return fmt.Errorf("a write it denies, asked by dry run: %v", err)
+		}
+		return nil
+	})
 }
 
 var suffixPolicies sync.Map // suffix -> *sync.Once

@@ -191,12 +191,9 @@ func TestMirrorLabelsPolicy(t *testing.T) {
 		return nil
 	})
 	// In force once it denies the fake mirror, by any rule: which rule is for the checks below.
-	eventually(t, "the policy in force", func() error {
-		_, err := editor.CoreV1().Services(ns).Create(ctx, spoof, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy.Name+"'") {
-			return nil
-		}
-		return fmt.Errorf("a fake mirror: %v", err)
+	eventuallyInForce(t, policy.Name, func(o metav1.CreateOptions) error {
+		_, err := editor.CoreV1().Services(ns).Create(ctx, spoof, o)
+		return err
 	})
 	if _, err := editor.CoreV1().Services(ns).Create(ctx, spoof, metav1.CreateOptions{}); !denied(err, labelsRule) {
 		t.Errorf("the editor's fake mirror again: %v, want denied: %s", err, labelsRule)

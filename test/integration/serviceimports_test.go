@@ -211,31 +211,22 @@ func TestServiceImports(t *testing.T) {
 
 	// The admission policy: the ServiceAccount may not write another implementation's ServiceImport,
 	// nor one with our labels that is not the Headless import of its global service.
-	// The API server enforces a policy once it has read and compiled it (up to a second after,
-	// k8s.io/apiserver pkg/admission/plugin/policy/generic/policy_source.go), longer on a busy
-	// machine: asked without effect (dry run) until it denies, then for real.
 	sa := mcsclient.NewForConfigOrDie(restConfig(t, saKubeconfig))
-	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	for i, si := range []*mcsv1alpha1.ServiceImport{
+	forbidden := []*mcsv1alpha1.ServiceImport{
 		{ObjectMeta: metav1.ObjectMeta{Name: "qux", Labels: foreign}, Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.Headless}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "qux", Labels: ourLabels("qux")}, Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.ClusterSetIP, IPs: []string{"192.0.2.1"}}},
-	} {
+	}
+	for _, si := range forbidden {
 		si.Spec.Ports = []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}
-		denied := func(err error) error {
-			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'coredns-global-write'") {
-				return fmt.Errorf("the ServiceAccount creates ServiceImport %v: %v", si.Labels, err)
-			}
-			return nil
-		}
-		if i == 0 {
-			eventually(t, "the policy in force", func() error {
-				_, err := sa.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, si, dryRun)
-				return denied(err)
-			})
-		}
+	}
+	eventuallyInForce(t, "coredns-global-write", func(o metav1.CreateOptions) error {
+		_, err := sa.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, forbidden[0], o)
+		return err
+	})
+	for _, si := range forbidden {
 		_, err := sa.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, si, metav1.CreateOptions{})
-		if err := denied(err); err != nil {
-			t.Error(err)
+		if !deniedBy(err, "coredns-global-write") {
+			t.Errorf("the ServiceAccount creates ServiceImport %v: %v", si.Labels, err)
 		}
 	}
 
@@ -265,7 +256,7 @@ func TestServiceImports(t *testing.T) {
 				ObjectMeta: metav1.ObjectMeta{Name: "foo", Labels: ourLabels("foo")},
 				Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.Headless,
 					Ports: []mcsv1alpha1.ServicePort{{Name: "db", Protocol: corev1.ProtocolTCP, Port: 5432}}},
-			}, dryRun)
+			}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "coredns-global writes no ServiceImport without writer.serviceImports") {
 				return fmt.Errorf("the ServiceAccount creates ServiceImport foo: %v", err)
 			}
