@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"sort"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -45,9 +46,9 @@ func (mk *recordMaker) soa(zone string, snap *index.Snapshot, class uint16) *dns
 // addrs returns one A or AAAA record per record of rs (one family's, in the index's tier order),
 // each tier rotated by a random offset unless rotation is off: naive clients dial the first
 // address, and the loadbalance plugin would shuffle the tiers away. It makes no more than the
-// reply to req can hold and one (the server truncates the reply to fit, and says so), and finds a
-// tier's end by bisection: the work of an answer is bounded by the client's buffer, whatever the
-// service's size.
+// reply to req can hold and one (the server truncates the reply to fit, and says so), and reads
+// no further into a tier than that (tierOrder): the work of an answer is bounded by the client's
+// buffer, whatever the service's size.
 func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Request) []dns.RR {
 	if len(rs) == 0 {
 		return nil
@@ -97,18 +98,11 @@ func tierOrder(rs []index.Record, off, n int) iter.Seq2[int, *index.Record] {
 // tierEnd returns the end of the tier of rs[i] (rs in tier order): one read when the tier is that
 // record alone, as a client's nearest tiers often are, else a bisection of the rest.
 func tierEnd(rs []index.Record, i int) int {
-	tier, lo, hi := rs[i].Tier, i, len(rs)
-	if lo+1 < hi && rs[lo+1].Tier != tier {
-		return lo + 1
+	tier, next := rs[i].Tier, i+1
+	if next == len(rs) || rs[next].Tier != tier {
+		return next
 	}
-	for lo+1 < hi { // rs[lo] is in the tier, rs[hi] (if any) is not
-		if m := int(uint(lo+hi) >> 1); rs[m].Tier == tier {
-			lo = m
-		} else {
-			hi = m
-		}
-	}
-	return hi
+	return next + sort.Search(len(rs)-next, func(k int) bool { return rs[next+k].Tier != tier })
 }
 
 // answer renders selection s, of a name below the apex, into m.
