@@ -142,8 +142,9 @@ type MirrorObjects struct {
 
 // mirrorLabels are the labels of Linkerd's mirror Services and Endpoints:
 // the remote labels except mirror.linkerd.io/*, mirrored-service and
-// cluster-name. (Linkerd before the Link v1alpha3 API put only the last two
-// on the headless mirror's Endpoints and on the per-pod mirrors.)
+// cluster-name (linkerd2 multicluster/service-mirror/cluster_watcher.go
+// getMirroredServiceLabels). (Linkerd before the Link v1alpha3 API put only
+// the last two on the headless mirror's Endpoints and on the per-pod mirrors.)
 func mirrorLabels(cluster string, remote map[string]string) map[string]string {
 	l := map[string]string{}
 	for k, v := range remote {
@@ -339,8 +340,9 @@ func UpdateMirrorService(ctx context.Context, c kubernetes.Interface, m Mirror) 
 }
 
 // DeleteMirror deletes what Linkerd deletes when the service is unexported
-// or the link removed: the per-pod Services and Endpoints, then the headless
-// mirror Service and Endpoints. (No endpoints controller runs here to remove
+// or the link removed (linkerd2 multicluster/service-mirror/cluster_watcher.go,
+// its RemoteServiceDeleted and ClusterUnregistered events): the per-pod
+// Services and Endpoints, then the headless mirror Service and Endpoints. (No endpoints controller runs here to remove
 // Endpoints of deleted Services, so they are deleted explicitly, as Linkerd's
 // unlink cleanup does.) Missing objects are not an error.
 func DeleteMirror(ctx context.Context, c kubernetes.Interface, namespace, service, cluster string) error {

@@ -62,8 +62,10 @@ func CreateNode(ctx context.Context, c kubernetes.Interface, n Node) error {
 	return nil
 }
 
-// CreateStatefulSet creates the headless Service and the pods, then writes
-// each pod's status as a kubelet would (phase Running, podIP(s), conditions).
+// CreateStatefulSet creates the headless Service and the pods, with the
+// StatefulSet controller's identities, then writes each pod's status as a
+// kubelet would (phase Running, podIP(s), conditions): CreatePod and
+// SetPodStatus name the upstream code they follow.
 // The endpointslice controller then publishes them. The pods' nodes must
 // exist (CreateNode) or the controller leaves the pods out.
 func CreateStatefulSet(ctx context.Context, c kubernetes.Interface, s StatefulSet) error {
@@ -185,7 +187,10 @@ func setReady(pod *corev1.Pod, ready bool) {
 	}
 }
 
-// SetPodReady sets a pod's Ready and ContainersReady conditions.
+// SetPodReady sets a pod's Ready and ContainersReady conditions through the
+// status subresource, as the kubelet's status manager writes them when a
+// readiness probe changes (kubernetes pkg/kubelet/status/status_manager.go
+// SetContainerReadiness, syncPod).
 func SetPodReady(ctx context.Context, c kubernetes.Interface, namespace, pod string, ready bool) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		p, err := c.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})

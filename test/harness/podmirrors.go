@@ -57,7 +57,8 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 }
 
 // gatewaySubset is a subset of addrs, in addresses while the gateway is
-// alive and in notReadyAddresses while it is not (Linkerd's updateReadiness).
+// alive and in notReadyAddresses while it is not (linkerd2
+// multicluster/service-mirror/cluster_watcher.go updateReadiness).
 func gatewaySubset(addrs []corev1.EndpointAddress, ports []corev1.EndpointPort, alive bool) corev1.EndpointSubset {
 	if alive {
 		return corev1.EndpointSubset{Addresses: addrs, Ports: ports}
