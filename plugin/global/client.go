@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
 	"github.com/miekg/dns"
@@ -17,9 +18,9 @@ type clientSources struct{ ecs, node, pod bool }
 
 // Client sources, as client_locality names them and explanations say them.
 const (
-	sourceECS  = "ecs"  // an EDNS Client Subnet option (RFC 7871) with a Node's or Pod's address
-	sourceNode = "node" // the query's source is a Node's address (NodeLocal DNSCache)
-	sourcePod  = "pod"  // the query's source is a Pod's IP
+	sourceECS  = contract.SourceECS
+	sourceNode = contract.SourceNode
+	sourcePod  = contract.SourcePod
 	sourceNone = "none" // no source told: the cluster's view
 )
 

@@ -15,9 +15,11 @@ import (
 	"github.com/coredns/caddy/caddyfile"
 )
 
-// TestContractReadsAsThePlugin: contract.Read, which the CLI reads a Corefile with, reads every
-// option of the contract as the plugin's own parser does, in the repository's example Corefiles,
-// the READMEs' Corefile blocks and a block setting each of them.
+// TestContractReadsAsThePlugin: contract.Read, which the CLI reads a Corefile with, gives every
+// option of the contract the value the plugin runs with, in the repository's example Corefiles,
+// the READMEs' Corefile blocks and a block setting each of them. Both read them with
+// contract.Options.Set; this holds the plugin's hand-over (adopt) and the CLI's splitting of a
+// server block into lines (contract.Directives) to it.
 func TestContractReadsAsThePlugin(t *testing.T) {
 	corefiles := map[string]string{"every option": `.:53 {
 global {
@@ -32,6 +34,7 @@ global {
     client_locality pod ecs
     client_forwarders kube-system/kube-dns dns/cache
     client_ecs_from 10.0.0.0/8 fd00::/8 dns/ecs
+    owner namespaces coredns-global
 }
 }
 `, "defaults": ".:53 {\n    global\n}\n", "no writer": ".:53 {\n    global {\n        endpointslices off\n    }\n}\n"}
@@ -122,14 +125,12 @@ func contractDiff(g *Global, o *contract.Options) string {
 	differs("lease", o.LeaseName == g.election.Name && (o.LeaseNamespace == "" || o.LeaseNamespace == g.election.Namespace))
 	differs("lease_duration", o.LeaseDuration == g.election.Duration)
 	differs("locality", maps.EqualFunc(o.Localities, g.corefile.Locality, maps.Equal))
-	differs("topology", slices.Equal(o.Topology, g.corefile.Keys))
+	differs("topology", slices.Equal(o.Topology, g.corefile.Keys) && slices.Equal(o.ClientTopology, g.corefile.ClientKeys))
 	sources := []bool{o.ClientSource(sourceECS), o.ClientSource(sourceNode), o.ClientSource(sourcePod)}
 	differs("client_locality", slices.Equal(sources, []bool{g.sources.ecs, g.sources.node, g.sources.pod}))
-	differs("client_forwarders", slices.Equal(o.Forwarders, g.forwarders) || len(g.forwarders) == 0 && slices.Equal(o.Forwarders, contract.DefaultForwarders()))
-	var ecs []string
-	for _, p := range g.ecsFrom {
-		ecs = append(ecs, p.String())
-	}
-	differs("client_ecs_from", slices.Equal(o.ECSFrom, append(ecs, g.ecsServices...)))
+	differs("client_forwarders", slices.Equal(o.Forwarders, g.forwarders))
+	differs("client_ecs_from", slices.Equal(o.ECSNetworks, g.ecsFrom) && slices.Equal(o.ECSServices, g.ecsServices))
+	differs("owner", o.Owner[0] == "" && g.writerConfig.GCOwner == nil ||
+		g.writerConfig.GCOwner != nil && o.Owner == [2]string{g.writerConfig.GCOwner.Resource, g.writerConfig.GCOwner.Name})
 	return strings.Join(diffs, ", ")
 }

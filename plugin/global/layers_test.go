@@ -11,12 +11,11 @@ import (
 )
 
 // layers are the files of this package from the top down: the plugin (its setup, the Corefile's
-// options and their arguments, ServeDNS, the plugin's fields and lifecycle, who asks), the
-// selection of what a name answers, its rendering as records and as an explanation, the
-// selection itself, and names. A file uses names of its own layer and of those below it only, so
+// options, ServeDNS, the plugin's fields and lifecycle, who asks), the selection of what a name
+// answers, its rendering as records and as an explanation, the selection itself, and names. A file uses names of its own layer and of those below it only, so
 // a query is followed one way down, as in CoreDNS's k8s_external.
 var layers = [][]string{
-	{"setup.go"}, {"config.go"}, {"args.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
+	{"setup.go"}, {"config.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
 	{"selector.go"},
 	{"explain.go"}, {"records.go"},
 	{"selection.go"},

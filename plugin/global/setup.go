@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 
-	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
@@ -72,11 +71,7 @@ func (g *Global) build() error {
 	}
 	g.index = index.New(&g.corefile, g.watcher)
 	if g.sources != (clientSources{}) {
-		forwarders := g.forwarders
-		if forwarders == nil {
-			forwarders = contract.DefaultForwarders()
-		}
-		g.clients = watch.NewClients(client, nodeKeys(g.corefile.ClientKeys), g.sources.pod, forwarders, g.ecsServices)
+		g.clients = watch.NewClients(client, nodeKeys(g.corefile.ClientKeys), g.sources.pod, g.forwarders, g.ecsServices)
 		g.locator = g.clients
 	}
 	g.writerConfig.Owner = writer.Owner(g.election.Namespace, g.election.Name)

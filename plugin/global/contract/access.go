@@ -1,7 +1,6 @@
 package contract
 
 import (
-	"net/netip"
 	"slices"
 	"strings"
 )
@@ -79,12 +78,10 @@ func (o *Options) Needs() []Access {
 // that the plugin does not watch anyway, each once.
 func (o *Options) serviceNamespaces() []string {
 	var out []string
-	for _, s := range append(slices.Clone(o.Forwarders), o.ECSFrom...) {
-		ns, _, ok := strings.Cut(s, "/")
-		if _, err := netip.ParsePrefix(s); err == nil || !ok || o.Watches(ns) || slices.Contains(out, ns) {
-			continue
+	for _, s := range append(slices.Clone(o.Forwarders), o.ECSServices...) {
+		if ns, _, _ := strings.Cut(s, "/"); !o.Watches(ns) && !slices.Contains(out, ns) {
+			out = append(out, ns)
 		}
-		out = append(out, ns)
 	}
 	return out
 }

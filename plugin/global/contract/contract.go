@@ -1,9 +1,11 @@
 // Package contract is what the global plugin shows the outside, written once: the names and
-// defaults of its Corefile options and a reader of its `global` block (options.go), the API access
-// each option needs (access.go), the labels and Lease it writes, and the keys of its explanations
-// with their one writer and one reader (explanation.go). The plugin, the linkerd-global CLI and
-// the tests read it from here, so that a drift between them fails to compile or fails a test. It
-// depends on neither CoreDNS nor client-go.
+// defaults of its Corefile options and the one reader of those (options.go), which the plugin and
+// linkerd-global both read a `global` block with, the kinds of argument every option takes
+// (args.go), the API access each option needs (access.go), the labels and Lease it writes, and the
+// keys of its explanations with their one writer and one reader (explanation.go). The plugin, the
+// linkerd-global CLI and the tests read it from here, so that a drift between them fails to
+// compile or fails a test. It depends on neither CoreDNS nor client-go: on apimachinery's
+// validation only.
 package contract
 
 import "time"
@@ -23,6 +25,11 @@ const (
 
 // DefaultTopology are the keys deciding the cluster's tiers when the Corefile sets no `topology`.
 func DefaultTopology() []string { return []string{ZoneKey, RegionKey} }
+
+// DefaultClientTopology are the keys ranking records from a known client when the Corefile sets no
+// `topology`: its node, its zone (this cluster's endpoints there, or a linked cluster in it), the
+// rest of this cluster, its region, the rest.
+func DefaultClientTopology() []string { return []string{HostnameKey, ZoneKey, ClusterKey, RegionKey} }
 
 // LocalityKey expands the short forms zone and region of a locality key; other keys are as given.
 func LocalityKey(k string) string {

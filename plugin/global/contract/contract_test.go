@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -44,10 +45,14 @@ func TestRead(t *testing.T) {
 		o.LeaseName != "w" || o.LeaseDuration != 20*time.Second || o.LinksNamespace != "links" ||
 		o.Localities["east"][ZoneKey] != "a" || o.Localities["east"][RegionKey] != "r" || o.Localities["east"]["rack"] != "1" ||
 		!slices.Equal(o.Topology, []string{ZoneKey, "rack"}) || !o.ClientSource("pod") || o.ClientSource("node") ||
-		!slices.Equal(o.ECSFrom, []string{"10.0.0.0/8", "dns/ecs"}) {
+		!slices.Equal(o.ClientTopology, []string{HostnameKey, ZoneKey, ClusterKey, "rack"}) ||
+		!slices.Equal(o.ECSNetworks, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}) || !slices.Equal(o.ECSServices, []string{"dns/ecs"}) {
 		t.Errorf("%+v, %v", o, err)
 	}
-	for _, bad := range [][]string{{"lease", "one"}, {"lease_duration", "soon"}, {"locality", "east"}, {"links_namespace"}} {
+	// Read as the plugin checks them (the plugin's TestParseErrors has every error).
+	for _, bad := range [][]string{{"lease", "one"}, {"lease_duration", "soon"}, {"locality", "east"}, {"links_namespace"},
+		{"endpointslices", "maybe"}, {"namespaces", "Db"}, {"client_locality", "gps"}, {"topology"}, {"owner", "roles", "x"},
+		{"client_ecs_from", "10.0.0.1/8"}, {"locality", "east", "zone"}} {
 		if _, err := Read([][]string{bad}); err == nil {
 			t.Errorf("%q read", bad)
 		}

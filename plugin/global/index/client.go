@@ -21,10 +21,8 @@ const (
 	ClusterKey  = contract.ClusterKey
 )
 
-// DefaultClientKeys rank records from a known client when the Corefile sets no `topology`: its
-// node, its zone (this cluster's endpoints there, or a linked cluster in it), the rest of this
-// cluster, its region, the rest.
-var DefaultClientKeys = []string{HostnameKey, ZoneKey, ClusterKey, RegionKey}
+// DefaultClientKeys rank records from a known client when the Corefile sets no `topology`.
+var DefaultClientKeys = contract.DefaultClientTopology()
 
 // Client is where a querying client runs: its node's name and that node's labels. One per Node,
 // shared by the queries from it: it remembers the tiers it sees (tiersFrom).

@@ -25,7 +25,7 @@ import (
 
 // GCOwner is the object named by `owner`.
 type GCOwner struct {
-	Resource string // one of OwnerResources
+	Resource string // one of contract.OwnerResources
 	Name     string
 }
 
@@ -35,9 +35,7 @@ type ownerKind struct {
 	get              func(ctx context.Context, c kubernetes.Interface, name string) (metav1.Object, error)
 }
 
-// ownerKinds are the resources `owner` takes, as RESOURCE.GROUP: cluster-scoped only (a namespaced
-// owner of objects in other namespaces is never found by the garbage collector, which then deletes
-// them at once), and only those a release commonly has.
+// ownerKinds are how to read each of the resources `owner` takes (contract.OwnerResources).
 var ownerKinds = map[string]ownerKind{
 	"clusterroles.rbac.authorization.k8s.io": {"rbac.authorization.k8s.io/v1", "ClusterRole",
 		func(ctx context.Context, c kubernetes.Interface, name string) (metav1.Object, error) {
@@ -55,16 +53,6 @@ var ownerKinds = map[string]ownerKind{
 		func(ctx context.Context, c kubernetes.Interface, name string) (metav1.Object, error) {
 			return c.SchedulingV1().PriorityClasses().Get(ctx, name, metav1.GetOptions{})
 		}},
-}
-
-// OwnerResources are the resources `owner` takes, sorted.
-func OwnerResources() []string {
-	var out []string
-	for r := range ownerKinds {
-		out = append(out, r)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // ownerRefresh is how long a read of the owner is used: a deleted and recreated owner (a new UID)

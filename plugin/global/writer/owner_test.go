@@ -3,9 +3,12 @@ package writer
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -19,6 +22,14 @@ import (
 )
 
 var testGCOwner = &GCOwner{Resource: "clusterroles.rbac.authorization.k8s.io", Name: "coredns-global-write"}
+
+// TestOwnerKindsAreTheContracts: the writer reads an owner of every resource `owner` takes, and
+// of no other.
+func TestOwnerKindsAreTheContracts(t *testing.T) {
+	if have, want := slices.Sorted(maps.Keys(ownerKinds)), contract.OwnerResources(); !slices.Equal(have, want) {
+		t.Errorf("the writer reads owners of %v, the contract takes %v", have, want)
+	}
+}
 
 func ownerRole(uid types.UID) *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: testGCOwner.Name, UID: uid}}
