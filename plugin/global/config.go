@@ -38,7 +38,6 @@ const (
 	defaultCluster        = "local"
 	defaultTTL            = 5
 	defaultStartupTimeout = 5 * time.Second
-	maxTopologyKeys       = 16
 	// API client rate, of the watches' client and of the writer's, each: the writer's first sync
 	// of a large mesh is thousands of writes.
 	defaultQPS    = 50
@@ -46,7 +45,8 @@ const (
 	writerWorkers = 4
 )
 
-// defaults is the plugin as a stanza without options configures it.
+// defaults is the plugin as a stanza without options configures it: the contract's options but
+// (contract.Defaults, handed over by adopt).
 func defaults(zones []string) *Global {
 	return &Global{
 		Zones:          zones,

@@ -61,7 +61,8 @@ const (
 )
 
 // DefaultLinksNamespace is where Linkerd's Links count unless links_namespace says otherwise:
-// Linkerd's multicluster namespace.
+// Linkerd's multicluster namespace, where `linkerd multicluster link` and the multicluster
+// extension put Links (linkerd2 multicluster/cmd: --namespace's default).
 const DefaultLinksNamespace = "linkerd-multicluster"
 
 // DefaultForwarders are the Services whose pods forward every client's queries (client_forwarders).

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,10 +19,6 @@ const (
 	LabelMirroredGateway   = "mirror.linkerd.io/mirrored-gateway"
 	LabelRemoteDiscovery   = "multicluster.linkerd.io/remote-discovery"
 	AnnotationRemoteFQName = index.AnnotationRemoteFQName
-
-	// DefaultLinksNamespace is Linkerd's multicluster namespace, where `linkerd multicluster link`
-	// and the multicluster extension put Links (linkerd2 multicluster/cmd: --namespace's default).
-	DefaultLinksNamespace = contract.DefaultLinksNamespace
 
 	// DefaultExportSelector selects the local Services Linkerd exports to other clusters.
 	DefaultExportSelector = "mirror.linkerd.io/exported=true"

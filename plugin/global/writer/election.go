@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/telemetry"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,10 +24,9 @@ type Election struct {
 	RetryPeriod     time.Duration
 }
 
-// Defaults, as client-go's and kube-controller-manager's.
+// Defaults, as client-go's and kube-controller-manager's (the Lease's name and duration are the
+// contract's: contract.DefaultLeaseName, contract.DefaultLeaseDuration).
 const (
-	DefaultLeaseName     = contract.DefaultLeaseName
-	DefaultLeaseDuration = contract.DefaultLeaseDuration
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 )
