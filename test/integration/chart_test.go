@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,12 +14,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/test/harness"
+
+	"github.com/coredns/caddy/caddyfile"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -709,5 +714,96 @@ func TestChartNetworkPolicy(t *testing.T) {
 		!maps.Equal(metrics.From[0].NamespaceSelector.MatchLabels, map[string]string{"team": "observability"}) ||
 		!maps.Equal(metrics.From[0].PodSelector.MatchLabels, map[string]string{"app": "prometheus"}) {
 		t.Errorf("the metrics are admitted from %+v to %v", metrics.From, got)
+	}
+}
+
+// TestChartGrantsTheContract: in each shape of the chart's values, the roles it renders, bound to
+// its ServiceAccount, grant every access the plugin needs (contract.Options.Needs) with the
+// Corefile it renders, read as linkerd-global reads it (its Lease in the release's namespace unless
+// the Corefile names one, as `linkerd global check` does). An option the chart sets whose access
+// its rules leave out fails here, not first in a cluster.
+func TestChartGrantsTheContract(t *testing.T) {
+	const ns, sa = "coredns-global", "coredns-global"
+	helm := helms(t)["helm4"]
+	for _, values := range []string{"", "writer.serviceImports=true,clientLocality.sources={pod}",
+		"namespaces={db,cache},writer.serviceImports=true,clientLocality.sources={node}", "writer.enabled=false",
+		"clientLocality.sources={ecs},clientLocality.ecsFrom={dns/ecs,10.0.0.0/8},clientLocality.forwarders={dns/cache}"} {
+		var args []string
+		if values != "" {
+			args = []string{"--set", values}
+		}
+		stream, objs := helmTemplate(t, helm, args...)
+		corefile := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+		blocks, err := caddyfile.Parse("Corefile", strings.NewReader(corefile), nil)
+		must(t, err)
+		var ts []contract.Token
+		for _, tok := range blocks[0].Tokens[contract.Name] {
+			ts = append(ts, contract.Token{Text: tok.Text, Line: tok.Line})
+		}
+		o, err := contract.Read(contract.Directives(contract.Name, ts)[0].Block)
+		must(t, err)
+		o.LeaseNamespace = cmp.Or(o.LeaseNamespace, ns)
+		allowed := boundRules(t, stream, ns, sa)
+		for _, a := range append(o.Needs(), o.LinksRead()...) {
+			if !allowed(a) {
+				t.Errorf("values %q: the chart does not grant %s", values, a)
+			}
+		}
+	}
+}
+
+// boundRules returns whether the roles of the rendered stream that are bound to ServiceAccount
+// ns/sa allow an access: a ClusterRoleBinding's ClusterRole anywhere, a RoleBinding's Role or
+// ClusterRole in the RoleBinding's namespace.
+func boundRules(t *testing.T, stream, ns, sa string) func(contract.Access) bool {
+	t.Helper()
+	roles := map[string][]rbacv1.PolicyRule{} // "Kind/namespace/name"
+	var bindings []*unstructured.Unstructured
+	for _, doc := range strings.Split(stream, "\n---\n") {
+		u := &unstructured.Unstructured{}
+		must(t, yaml.Unmarshal([]byte(doc), &u.Object))
+		switch u.GetKind() {
+		case "ClusterRole":
+			roles["ClusterRole//"+u.GetName()] = as[rbacv1.ClusterRole](t, u).Rules
+		case "Role":
+			roles["Role/"+u.GetNamespace()+"/"+u.GetName()] = as[rbacv1.Role](t, u).Rules
+		case "ClusterRoleBinding", "RoleBinding":
+			bindings = append(bindings, u)
+		}
+	}
+	type grant struct {
+		rules []rbacv1.PolicyRule
+		ns    string // "": all namespaces
+	}
+	var grants []grant
+	for _, u := range bindings {
+		b := as[rbacv1.RoleBinding](t, u) // a ClusterRoleBinding's fields are a RoleBinding's
+		if !slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Namespace == ns && s.Name == sa
+		}) {
+			continue
+		}
+		roleNS := ""
+		if b.RoleRef.Kind == "Role" {
+			roleNS = b.Namespace
+		}
+		grants = append(grants, grant{roles[b.RoleRef.Kind+"/"+roleNS+"/"+b.RoleRef.Name], b.Namespace})
+	}
+	in := func(l []string, s string) bool {
+		return slices.Contains(l, s) || slices.Contains(l, rbacv1.ResourceAll)
+	}
+	return func(a contract.Access) bool {
+		for _, g := range grants {
+			if g.ns != "" && g.ns != a.Namespace {
+				continue
+			}
+			for _, r := range g.rules {
+				if in(r.APIGroups, a.Group) && in(r.Resources, a.Resource) && in(r.Verbs, a.Verb) &&
+					(len(r.ResourceNames) == 0 || a.Name != "" && slices.Contains(r.ResourceNames, a.Name)) {
+					return true
+				}
+			}
+		}
+		return false
 	}
 }
