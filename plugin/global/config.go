@@ -45,7 +45,7 @@ const (
 	writerWorkers = 4
 )
 
-// defaults is the plugin as a stanza without options configures it: the contract's options but
+// defaults is the plugin as a stanza without options configures it, but for the contract's options
 // (contract.Defaults, handed over by adopt).
 func defaults(zones []string) *Global {
 	return &Global{
