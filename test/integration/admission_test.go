@@ -245,7 +245,7 @@ func TestWriterPolicy(t *testing.T) {
 	})
 
 	port := []corev1.ServicePort{{Name: "db", Port: 5432, Protocol: corev1.ProtocolTCP}}
-	// A foreign Service and its slice, as the endpointslice controller would write them.
+	// A foreign Service, and a foreign slice of it.
 	foreign, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "db"}, Ports: port}}, metav1.CreateOptions{})
 	must(t, err)
@@ -254,8 +254,11 @@ func TestWriterPolicy(t *testing.T) {
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.66"}}},
 			Ports:     []discoveryv1.EndpointPort{{Name: ptr.To("db"), Port: ptr.To[int32](5432), Protocol: ptr.To(corev1.ProtocolTCP)}}}
 	}
+	// Another controller's slice of it: one labelled as the endpointslice controller's would be that
+	// controller's to reconcile, and kube-controller-manager here deletes it (db has no pods) while
+	// the writes below are tried, which then fail as not found instead of denied.
 	foreignSlice, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("db-abcde", map[string]string{
-		discoveryv1.LabelServiceName: "db", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}), metav1.CreateOptions{})
+		discoveryv1.LabelServiceName: "db", discoveryv1.LabelManagedBy: "db-controller.example.com"}), metav1.CreateOptions{})
 	must(t, err)
 	headless := func(name string, labels map[string]string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: port}}
