@@ -20,7 +20,7 @@ import (
 // records (records.go) or, in class CH, as its explanation (explain.go).
 func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
-	qname := strings.ToLower(questionName(r))
+	qname := lowerName(questionName(r))
 	zone := matchZone(g.Zones, qname)
 	if zone == "" {
 		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
