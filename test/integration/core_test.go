@@ -8,6 +8,7 @@ import (
 	"github.com/globaldns/global/test/harness"
 
 	"github.com/miekg/dns"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -85,6 +86,18 @@ func localFooIn(t *testing.T, c kubernetes.Interface, ns string) {
 			{Name: "foo-1", Node: ns + "-b", IP: "10.244.2.11", Ready: true},
 			{Name: "foo-2", Node: ns + "-a", IP: "10.244.1.12", Ready: false},
 		},
+	}))
+	// kube-controller-manager's endpointslice controller publishes the pods as their statuses
+	// come, in one sync or in several: wait until it lists all three, so that no test takes the
+	// fixture still settling for a change (a write, an answer) of its own.
+	wait, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	must(t, harness.WaitForSlices(wait, c, ns, "foo", func(sl []discoveryv1.EndpointSlice) bool {
+		n := 0
+		for _, es := range sl {
+			n += len(es.Endpoints)
+		}
+		return n == 3
 	}))
 }
 
