@@ -124,6 +124,12 @@ type Mirror struct {
 	// headless mirror's Endpoints directly, ready (createHeadlessMirrorEndpoints).
 	// SetGateway flips existing per-pod mirrors.
 	GatewayDown bool
+	// HoldPodSlices labels the Endpoints of the per-pod mirrors created
+	// endpointslice.kubernetes.io/skip-mirror, so that kube-controller-manager
+	// mirrors them into EndpointSlices only once ReleasePodSlices removes the
+	// label: the moment between Linkerd's write of a new per-pod mirror and its
+	// slice, usually milliseconds, held as long as a test needs. Not Linkerd's.
+	HoldPodSlices bool
 }
 
 // MirroredName is the local name Linkerd gives remote name: <name>-<cluster>.

@@ -7,10 +7,13 @@ package harness
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 )
@@ -44,8 +47,12 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 	}
 	annotations := m.identity()
 	annotations[AnnotationRemoteSvcFqName] = fq
+	epLabels := maps.Clone(labels)
+	if m.HoldPodSlices {
+		epLabels[discoveryv1.LabelSkipMirror] = "true"
+	}
 	ep := &corev1.Endpoints{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: labels, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: epLabels, Annotations: annotations},
 		Subsets:    []corev1.EndpointSubset{gatewaySubset([]corev1.EndpointAddress{{IP: gateway}}, gatewayPorts(m.Ports), !m.GatewayDown)},
 	}
 	if _, err := c.CoreV1().Endpoints(m.Namespace).Create(ctx, ep, metav1.CreateOptions{}); err != nil {
@@ -53,6 +60,18 @@ func createPodMirror(ctx context.Context, c kubernetes.Interface, m Mirror, host
 	}
 	objs.PodServices[hostname] = name
 	objs.ClusterIPs[hostname] = created.Spec.ClusterIP
+	return nil
+}
+
+// ReleasePodSlices lets kube-controller-manager mirror the per-pod mirrors of objs that a Mirror
+// with HoldPodSlices created: their Endpoints lose the skip-mirror label.
+func ReleasePodSlices(ctx context.Context, c kubernetes.Interface, objs *MirrorObjects) error {
+	patch := []byte(`{"metadata":{"labels":{"` + discoveryv1.LabelSkipMirror + `":null}}}`)
+	for _, name := range objs.PodServices {
+		if _, err := c.CoreV1().Endpoints(objs.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("release endpoint mirror endpoints %s/%s: %w", objs.Namespace, name, err)
+		}
+	}
 	return nil
 }
 
