@@ -512,6 +512,61 @@ func TestWriterWritesLittle(t *testing.T) {
 	}
 }
 
+// TestWriterPodMirrorSliceLate: a new remote pod is written once, though kube-controller-manager
+// mirrors its per-pod mirror into an EndpointSlice after the headless mirror's new address (held
+// here with the skip-mirror label, as long as the test needs): until that slice comes, the headless
+// mirror's readiness stands, and its coming changes nothing written.
+func TestWriterPodMirrorSliceLate(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
+	must(t, err)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
+	readyIn := func(want ...string) func() error {
+		return func() error {
+			_, sl := written(t, ns)
+			var ready []string
+			for _, e := range sl["foo-global-west-ipv4-0"].Endpoints {
+				if ptr.Deref(e.Conditions.Ready, false) {
+					ready = append(ready, ptr.Deref(e.Hostname, ""))
+				}
+			}
+			if slices.Sort(ready); !slices.Equal(ready, want) {
+				return fmt.Errorf("ready in west's slice: %v, want %v", ready, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "west's foo-0 written", readyIn("foo-0-west"))
+	afterSync(t, c, ns, "foo-global-west-ipv4-0")
+	writes := writesOf(t, c)
+	without := `coredns_global_records_without_pod_mirror{cluster="west"}`
+
+	m := mirror(ns, "west", true, true)
+	m.HoldPodSlices = true
+	objs, err := harness.UpdateMirror(ctx, client(), m)
+	must(t, err)
+	both := []string{"A " + objs.ClusterIPs["foo-0"], "A " + objs.ClusterIPs["foo-1"]}
+	eventuallyExpect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, both...)
+	eventually(t, "west's foo-1 written ready", readyIn("foo-0-west", "foo-1-west"))
+	if v := metric(t, c, without); v != "1" {
+		t.Errorf("records without a per-pod mirror's slice: %q, want 1", v)
+	}
+
+	must(t, harness.ReleasePodSlices(ctx, client(), objs))
+	eventually(t, "foo-1-west's slice seen", func() error {
+		if v := metric(t, c, without); v != "0" {
+			return fmt.Errorf("records without a per-pod mirror's slice: %q", v)
+		}
+		return nil
+	})
+	afterSync(t, c, ns, "foo-global-west-ipv4-0")
+	if n := writesOf(t, c) - writes; n != 1 {
+		t.Errorf("%v writes for one new remote pod, want 1", n)
+	}
+	must(t, expect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, both...))
+}
+
 // writesOf is how many writes of objects c has made (created, updated, deleted).
 func writesOf(t *testing.T, c *harness.CoreDNS) float64 {
 	n := 0.0

@@ -223,7 +223,14 @@ func (s *objectStore) podMirrors(m *index.Member) []index.PodMirror {
 	}
 	var out []index.PodMirror
 	for p := l.first; p != nil; p = p.next {
-		out = append(out, index.PodMirror{Addr: p.ip, Ready: p.ready > 0})
+		// A per-pod mirror whose EndpointSlice is not seen yet tells nothing: Linkerd writes its
+		// Endpoints with it, and kube-controller-manager mirrors them into a slice moments later,
+		// often after the headless mirror's new address. Until then the headless mirror's own
+		// readiness stands, which Linkerd wrote with the gateway's state: answered as down
+		// meanwhile, a new record would be written not ready, then ready, two writes for one.
+		if p.slices > 0 {
+			out = append(out, index.PodMirror{Addr: p.ip, Ready: p.ready > 0})
+		}
 	}
 	return out
 }

@@ -147,9 +147,11 @@ func TestStatePodMirrors(t *testing.T) {
 		t.Errorf("after relists: liveness %s", got)
 	}
 
-	// A relist without the slice deletes it: the per-pod mirror has no slice, so it is not ready.
+	// A relist without the slice deletes it: a per-pod mirror without a slice tells nothing, as
+	// before kube-controller-manager mirrors a new one's Endpoints; the record's own readiness
+	// stands.
 	must(t, podSlices.Replace(nil, "4"))
-	if got := liveness(); got != "[{10.96.0.10 false}]" {
+	if got := liveness(); got != "[]" {
 		t.Errorf("no slice: liveness %s", got)
 	}
 	// The per-pod Service goes: no liveness at all, and nothing is left of it.
@@ -192,17 +194,18 @@ func TestPodMirrorGenerations(t *testing.T) {
 		what  string
 		write func() error
 		foo   bool // changes foo's per-pod mirrors
+		live  bool // and their liveness (a per-pod mirror without a slice has none)
 	}{
-		{"a slice of foo-1-west comes, ready", func() error { return podSlices.Add(podSliceObj("foo-1-west-abcde", "foo-1-west", true, "2")) }, true},
-		{"bar's per-pod mirror comes", func() error { return services.Add(barPod) }, false},
-		{"bar's per-pod slice comes", func() error { return podSlices.Add(barSlice) }, false},
-		{"the slice of foo-1-west goes", func() error { return podSlices.Delete(podSliceObj("foo-1-west-abcde", "foo-1-west", true, "2")) }, true},
-		{"bar's per-pod slice goes", func() error { return podSlices.Delete(barSlice) }, false},
-		{"foo-1-west goes, foo-0-west stays", func() error { return services.Delete(podService("foo-1-west", "10.96.0.12", "1")) }, true},
+		{"a slice of foo-1-west comes, ready", func() error { return podSlices.Add(podSliceObj("foo-1-west-abcde", "foo-1-west", true, "2")) }, true, true},
+		{"bar's per-pod mirror comes", func() error { return services.Add(barPod) }, false, false},
+		{"bar's per-pod slice comes", func() error { return podSlices.Add(barSlice) }, false, false},
+		{"the slice of foo-1-west goes", func() error { return podSlices.Delete(podSliceObj("foo-1-west-abcde", "foo-1-west", true, "2")) }, true, true},
+		{"bar's per-pod slice goes", func() error { return podSlices.Delete(barSlice) }, false, false},
+		{"foo-1-west goes, foo-0-west stays", func() error { return services.Delete(podService("foo-1-west", "10.96.0.12", "1")) }, true, false},
 	} {
 		fooGen, barGen, before := gen("foo"), gen("bar"), live()
 		must(t, step.write())
-		if after := live(); (after != before) != step.foo {
+		if after := live(); (after != before) != step.live {
 			t.Fatalf("%s: foo's liveness %s, was %s", step.what, after, before)
 		}
 		if changed := gen("foo") != fooGen; changed != step.foo {
