@@ -34,12 +34,12 @@ var (
 		Name:      "records",
 		Help:      "Number of records in the index, per member cluster and state (ready, not_ready, terminating, gateway_down).",
 	}, []string{"cluster", "state"})
-	// RecordsWithoutPodMirror counts mirror records that have no per-pod mirror to tell their gateway's liveness.
+	// RecordsWithoutPodMirror counts mirror records that have no per-pod mirror, or none with a slice yet, to tell their gateway's liveness.
 	RecordsWithoutPodMirror = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: Plugin,
 		Name:      "records_without_pod_mirror",
-		Help:      "Mirror records with no per-pod mirror Service of their address, whose readiness is the headless mirror's alone, per member cluster.",
+		Help:      "Mirror records with no per-pod mirror Service of their address, or none with an EndpointSlice yet, whose readiness is the headless mirror's alone, per member cluster.",
 	}, []string{"cluster"})
 	// ClusterDown is 1 for a linked cluster whose records are all left out because its gateway is down.
 	ClusterDown = promauto.NewGaugeVec(prometheus.GaugeOpts{
