@@ -2,7 +2,9 @@ package writer
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
 
@@ -58,6 +60,27 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
 		apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports) &&
 		endpointsEqual(have.Endpoints, want.Endpoints)
+}
+
+// sliceDiff names the parts of have that differ from want, for the debug log of a write: each
+// check of sliceUpToDate that fails.
+func sliceDiff(have, want *discoveryv1.EndpointSlice) string {
+	var parts []string
+	for _, c := range []struct {
+		part  string
+		equal bool
+	}{
+		{"labels", labelsUpToDate(have.Labels, want.Labels)},
+		{"annotations", annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys)},
+		{"owners", apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences)},
+		{"ports", apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports)},
+		{fmt.Sprintf("endpoints (%d, want %d)", len(have.Endpoints), len(want.Endpoints)), endpointsEqual(have.Endpoints, want.Endpoints)},
+	} {
+		if !c.equal {
+			parts = append(parts, c.part)
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // endpointsEqual compares endpoints by their protobuf encoding, the form the API server stores:

@@ -102,3 +102,19 @@ func TestLabelsUpToDate(t *testing.T) {
 		}
 	}
 }
+
+// TestSliceDiff: the debug log of a write names what sliceUpToDate found different, and nothing
+// when it found nothing.
+func TestSliceDiff(t *testing.T) {
+	want := &discoveryv1.EndpointSlice{Endpoints: testEndpoints(2), Ports: normalPorts([]discoveryv1.EndpointPort{{Port: ptr.To[int32](5432)}})}
+	want.Labels = map[string]string{LabelManagedBy: ManagedBy}
+	have := want.DeepCopy()
+	if d := sliceDiff(have, want); d != "" || !sliceUpToDate(have, want) {
+		t.Errorf("equal slices: diff %q", d)
+	}
+	have.Labels = nil
+	have.Endpoints = have.Endpoints[:1]
+	if d := sliceDiff(have, want); d != "labels, endpoints (1, want 2)" || sliceUpToDate(have, want) {
+		t.Errorf("diff %q", d)
+	}
+}

@@ -205,6 +205,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 	if serviceUpToDate(have, want) {
 		return have, nil
 	}
+	telemetry.Log.Debugf("writer: updating Service %s/%s", have.Namespace, have.Name)
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	setAnnotations(&upd.ObjectMeta, want.Annotations, index.ServiceAnnotationKeys)
@@ -320,6 +321,7 @@ func (r *reconciler) writeSlice(ctx context.Context, k index.Key, set sliceSet, 
 }
 
 func (r *reconciler) createSlice(ctx context.Context, k index.Key, blocks string, want *discoveryv1.EndpointSlice) (string, error) {
+	telemetry.Log.Debugf("writer: creating EndpointSlice %s/%s", want.Namespace, want.Name)
 	api := r.client.DiscoveryV1().EndpointSlices(want.Namespace)
 	created, err := api.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -340,6 +342,7 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 	if sliceUpToDate(have, want) {
 		return have.ResourceVersion, nil
 	}
+	telemetry.Log.Debugf("writer: updating EndpointSlice %s/%s: %s differ", have.Namespace, have.Name, sliceDiff(have, want))
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	setAnnotations(&upd.ObjectMeta, want.Annotations, index.SliceAnnotationKeys)
@@ -354,6 +357,7 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 }
 
 func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSlice) error {
+	telemetry.Log.Debugf("writer: deleting EndpointSlice %s/%s", es.Namespace, es.Name)
 	err := r.client.DiscoveryV1().EndpointSlices(es.Namespace).Delete(ctx, es.Name, preconditions(&es.ObjectMeta))
 	if apierrors.IsNotFound(err) { // already gone (the garbage collector, or an earlier try)
 		return nil
