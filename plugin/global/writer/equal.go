@@ -51,33 +51,50 @@ func serviceUpToDate(have, want *corev1.Service) bool {
 	return true
 }
 
+// sliceParts are what sliceUpToDate compares, named for the debug log of a write (sliceDiff).
+var sliceParts = []struct {
+	name  string
+	equal func(have, want *discoveryv1.EndpointSlice) bool
+}{
+	{"labels", func(have, want *discoveryv1.EndpointSlice) bool { return labelsUpToDate(have.Labels, want.Labels) }},
+	{"annotations", func(have, want *discoveryv1.EndpointSlice) bool {
+		return annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys)
+	}},
+	{"owners", func(have, want *discoveryv1.EndpointSlice) bool {
+		return apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences)
+	}},
+	{"ports", func(have, want *discoveryv1.EndpointSlice) bool {
+		return apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports)
+	}},
+	{"endpoints", func(have, want *discoveryv1.EndpointSlice) bool {
+		return endpointsEqual(have.Endpoints, want.Endpoints)
+	}},
+}
+
 // sliceUpToDate compares whole ordered endpoint lists: placement keeps every endpoint where it
 // was, so equal slices list them in the same order. k8s.io/endpointslice's way (an EndpointSet of
 // the desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash)
 // would let foreign edits of fields it skips (hints) stand.
 func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
-	return labelsUpToDate(have.Labels, want.Labels) && annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys) &&
-		apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences) &&
-		apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports) &&
-		endpointsEqual(have.Endpoints, want.Endpoints)
+	for _, p := range sliceParts {
+		if !p.equal(have, want) {
+			return false
+		}
+	}
+	return true
 }
 
-// sliceDiff names the parts of have that differ from want, for the debug log of a write: each
-// check of sliceUpToDate that fails.
+// sliceDiff names the parts of have that differ from want, for the debug log of a write, with
+// the endpoints' numbers.
 func sliceDiff(have, want *discoveryv1.EndpointSlice) string {
 	var parts []string
-	for _, c := range []struct {
-		part  string
-		equal bool
-	}{
-		{"labels", labelsUpToDate(have.Labels, want.Labels)},
-		{"annotations", annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys)},
-		{"owners", apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences)},
-		{"ports", apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports)},
-		{fmt.Sprintf("endpoints (%d, want %d)", len(have.Endpoints), len(want.Endpoints)), endpointsEqual(have.Endpoints, want.Endpoints)},
-	} {
-		if !c.equal {
-			parts = append(parts, c.part)
+	for _, p := range sliceParts {
+		switch {
+		case p.equal(have, want):
+		case p.name == "endpoints":
+			parts = append(parts, fmt.Sprintf("endpoints (%d, want %d)", len(have.Endpoints), len(want.Endpoints)))
+		default:
+			parts = append(parts, p.name)
 		}
 	}
 	return strings.Join(parts, ", ")
