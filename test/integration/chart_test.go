@@ -789,17 +789,13 @@ func boundRules(t *testing.T, stream, ns, sa string) func(contract.Access) bool 
 		}
 		grants = append(grants, grant{roles[b.RoleRef.Kind+"/"+roleNS+"/"+b.RoleRef.Name], b.Namespace})
 	}
-	in := func(l []string, s string) bool {
-		return slices.Contains(l, s) || slices.Contains(l, rbacv1.ResourceAll)
-	}
 	return func(a contract.Access) bool {
 		for _, g := range grants {
 			if g.ns != "" && g.ns != a.Namespace {
 				continue
 			}
 			for _, r := range g.rules {
-				if in(r.APIGroups, a.Group) && in(r.Resources, a.Resource) && in(r.Verbs, a.Verb) &&
-					(len(r.ResourceNames) == 0 || a.Name != "" && slices.Contains(r.ResourceNames, a.Name)) {
+				if a.GrantedBy(r.APIGroups, r.Resources, r.ResourceNames, r.Verbs) {
 					return true
 				}
 			}

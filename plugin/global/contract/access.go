@@ -25,6 +25,16 @@ func (a Access) String() string {
 	return a.Verb + " " + r + " in " + a.Namespace
 }
 
+// GrantedBy reports whether an RBAC rule of these API groups, resources, resource names and verbs
+// grants a, the rule's namespace aside: as kubernetes pkg/apis/rbac/v1/evaluation_helpers.go
+// matches a request (VerbMatches, APIGroupMatches, ResourceMatches, ResourceNameMatches), "*"
+// standing for any, and a rule that names objects granting only an access of one of them.
+func (a Access) GrantedBy(groups, resources, names, verbs []string) bool {
+	matches := func(l []string, s string) bool { return slices.Contains(l, s) || slices.Contains(l, "*") }
+	return matches(groups, a.Group) && matches(resources, a.Resource) && matches(verbs, a.Verb) &&
+		(len(names) == 0 || a.Name != "" && slices.Contains(names, a.Name))
+}
+
 // each is access of every verb on resource of group, in each of namespaces (none: all).
 func each(namespaces []string, group, resource string, verbs ...string) []Access {
 	if len(namespaces) == 0 {

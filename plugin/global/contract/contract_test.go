@@ -98,22 +98,17 @@ func TestRBACDoc(t *testing.T) {
 	if block == nil {
 		t.Fatal("docs/rbac.md has no yaml block")
 	}
-	var rules []struct {
+	type rule struct {
 		APIGroups, Resources, ResourceNames, Verbs []string
 	}
+	var rules []rule
 	if err := yaml.Unmarshal(block[1], &rules); err != nil || len(rules) < 5 {
 		t.Fatalf("docs/rbac.md's rules: %v, %v", rules, err)
 	}
 	o, _ := Read([][]string{{"serviceimports", "on"}, {"client_locality", "pod"}, {"owner", "clusterroles.rbac.authorization.k8s.io", "coredns-global-write"}})
 	needs := append(append(o.Needs(), o.LinksRead()...), TopologyReads()...)
 	granted := func(a Access) bool {
-		for _, r := range rules {
-			if slices.Contains(r.APIGroups, a.Group) && slices.Contains(r.Resources, a.Resource) && slices.Contains(r.Verbs, a.Verb) &&
-				(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, a.Name)) {
-				return true
-			}
-		}
-		return false
+		return slices.ContainsFunc(rules, func(r rule) bool { return a.GrantedBy(r.APIGroups, r.Resources, r.ResourceNames, r.Verbs) })
 	}
 	for _, a := range needs {
 		if !granted(a) {
@@ -146,5 +141,31 @@ func TestDirectives(t *testing.T) {
 		!slices.Equal(ds[0].Block[0], []string{"lease", "dns", "w"}) || !slices.Equal(ds[0].Block[1], []string{"ttl", "5"}) ||
 		!slices.Equal(ds[1].Args, []string{"near.global."}) || len(ds[1].Block) != 0 {
 		t.Errorf("%+v", ds)
+	}
+}
+
+// TestGrantedBy: an access is granted by a rule that lists its group, resource and verb, or "*"
+// for any; a rule naming objects grants only an access of one of them, never a list of all.
+func TestGrantedBy(t *testing.T) {
+	get := Access{Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Name: "w"}
+	list := Access{Verb: "list", Resource: "services"}
+	for _, c := range []struct {
+		a                               Access
+		groups, resources, names, verbs []string
+		want                            bool
+	}{
+		{get, []string{"coordination.k8s.io"}, []string{"leases"}, nil, []string{"get"}, true},
+		{get, []string{"*"}, []string{"*"}, nil, []string{"*"}, true},
+		{get, []string{"coordination.k8s.io"}, []string{"leases"}, []string{"w"}, []string{"get", "update"}, true},
+		{get, []string{"coordination.k8s.io"}, []string{"leases"}, []string{"other"}, []string{"get"}, false},
+		{get, []string{""}, []string{"leases"}, nil, []string{"get"}, false},
+		{get, []string{"coordination.k8s.io"}, []string{"endpoints"}, nil, []string{"get"}, false},
+		{get, []string{"coordination.k8s.io"}, []string{"leases"}, nil, []string{"list"}, false},
+		{list, []string{""}, []string{"services"}, nil, []string{"list", "watch"}, true},
+		{list, []string{""}, []string{"services"}, []string{"foo"}, []string{"list"}, false},
+	} {
+		if got := c.a.GrantedBy(c.groups, c.resources, c.names, c.verbs); got != c.want {
+			t.Errorf("%s by %v %v %v %v: %v, want %v", c.a, c.groups, c.resources, c.names, c.verbs, got, c.want)
+		}
 	}
 }
