@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -254,22 +253,7 @@ func TestGatewayBlip(t *testing.T) {
 		}))
 	}
 	eventually(t, "west back", answers([]string{"foo-0", "foo-1"}, []string{"six-0"}))
-	eventually(t, "west written ready", func() error {
-		_, sl := written(t, ns)
-		got := map[string]bool{}
-		for _, es := range sl {
-			if es.Labels["globaldns.io/source-cluster"] != "west" {
-				continue
-			}
-			for _, e := range es.Endpoints {
-				got[*e.Hostname] = *e.Conditions.Ready && *e.Conditions.Serving
-			}
-		}
-		if want := map[string]bool{"foo-0-west": true, "foo-1-west": true}; !maps.Equal(got, want) {
-			return fmt.Errorf("west's written endpoints %v, want %v:\n%s", got, want, describeAll(sl))
-		}
-		return nil
-	})
+	eventually(t, "west written ready", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true, "foo-1-west": true}))
 	// The index follows the slices' watch events: polled, as every other state here.
 	eventually(t, "the explanation of west back", func() error {
 		return explains(t, c, fooNS, dns.RcodeSuccess, "records=4 left-out=1",

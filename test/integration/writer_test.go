@@ -522,22 +522,7 @@ func TestWriterPodMirrorSliceLate(t *testing.T) {
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
 	must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
-	readyIn := func(want ...string) func() error {
-		return func() error {
-			_, sl := written(t, ns)
-			var ready []string
-			for _, e := range sl["foo-global-west-ipv4-0"].Endpoints {
-				if ptr.Deref(e.Conditions.Ready, false) {
-					ready = append(ready, ptr.Deref(e.Hostname, ""))
-				}
-			}
-			if slices.Sort(ready); !slices.Equal(ready, want) {
-				return fmt.Errorf("ready in west's slice: %v, want %v", ready, want)
-			}
-			return nil
-		}
-	}
-	eventually(t, "west's foo-0 written", readyIn("foo-0-west"))
+	eventually(t, "west's foo-0 written", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true}))
 	afterSync(t, c, ns, "foo-global-west-ipv4-0")
 	writes := writesOf(t, c)
 	without := `coredns_global_records_without_pod_mirror{cluster="west"}`
@@ -548,7 +533,7 @@ func TestWriterPodMirrorSliceLate(t *testing.T) {
 	must(t, err)
 	both := []string{"A " + objs.ClusterIPs["foo-0"], "A " + objs.ClusterIPs["foo-1"]}
 	eventuallyExpect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, both...)
-	eventually(t, "west's foo-1 written ready", readyIn("foo-0-west", "foo-1-west"))
+	eventually(t, "west's foo-1 written ready", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true, "foo-1-west": true}))
 	if v := metric(t, c, without); v != "1" {
 		t.Errorf("records without a per-pod mirror's slice: %q, want 1", v)
 	}
@@ -565,6 +550,27 @@ func TestWriterPodMirrorSliceLate(t *testing.T) {
 		t.Errorf("%v writes for one new remote pod, want 1", n)
 	}
 	must(t, expect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, both...))
+}
+
+// writtenReady checks cluster's endpoints in the written foo-global slices of ns: want says, by
+// hostname, which there are and which are ready and serving.
+func writtenReady(t *testing.T, ns, cluster string, want map[string]bool) func() error {
+	return func() error {
+		_, sl := written(t, ns)
+		got := map[string]bool{}
+		for _, es := range sl {
+			if es.Labels["globaldns.io/source-cluster"] != cluster {
+				continue
+			}
+			for _, e := range es.Endpoints {
+				got[*e.Hostname] = *e.Conditions.Ready && *e.Conditions.Serving
+			}
+		}
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("%s's written endpoints %v, want %v:\n%s", cluster, got, want, describeAll(sl))
+		}
+		return nil
+	}
 }
 
 // writesOf is how many writes of objects c has made (created, updated, deleted).
