@@ -127,8 +127,10 @@ type Mirror struct {
 	// HoldPodSlices labels the Endpoints of the per-pod mirrors created
 	// endpointslice.kubernetes.io/skip-mirror, so that kube-controller-manager
 	// mirrors them into EndpointSlices only once ReleasePodSlices removes the
-	// label: the moment between Linkerd's write of a new per-pod mirror and its
-	// slice, usually milliseconds, held as long as a test needs. Not Linkerd's.
+	// label (kubernetes pkg/controller/endpointslicemirroring/
+	// endpointslicemirroring_controller.go shouldMirror, utils.go skipMirror):
+	// the moment between Linkerd's write of a new per-pod mirror and its slice,
+	// usually milliseconds, held as long as a test needs. Not Linkerd's.
 	HoldPodSlices bool
 }
 
