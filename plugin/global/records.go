@@ -58,16 +58,18 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Reque
 	if mk.rotate && len(rs) > 1 {
 		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
 	}
-	if rs[0].Addr().Is4() {
-		recs, hdr := make([]aRecord, len(out)), mk.hdr(owner, dns.TypeA)
+	if len(rs[0].IP()) == net.IPv4len {
+		recs, hdr := make([]dns.A, len(out)), mk.hdr(owner, dns.TypeA)
 		for o, r := range tierOrder(rs, off, len(out)) {
-			out[o] = recs[o].set(hdr, r.Addr())
+			recs[o] = dns.A{Hdr: hdr, A: r.IP()}
+			out[o] = &recs[o]
 		}
 		return out
 	}
-	recs, hdr := make([]aaaaRecord, len(out)), mk.hdr(owner, dns.TypeAAAA)
+	recs, hdr := make([]dns.AAAA, len(out)), mk.hdr(owner, dns.TypeAAAA)
 	for o, r := range tierOrder(rs, off, len(out)) {
-		out[o] = recs[o].set(hdr, r.Addr())
+		recs[o] = dns.AAAA{Hdr: hdr, AAAA: r.IP()}
+		out[o] = &recs[o]
 	}
 	return out
 }
@@ -211,47 +213,26 @@ const (
 	minSRVRR  = 2 + 10 + 6 // an SRV record, but its target: <host>.<cluster> then a pointer
 )
 
-// records hands out A and AAAA records, each with its address bytes, from one allocation per
-// family and answer instead of two per record.
+// records hands out A and AAAA records from one allocation per family and answer instead of one
+// per record; their address bytes are the index's (Endpoint.IP).
 type records struct {
-	a    []aRecord
-	aaaa []aaaaRecord
+	a    []dns.A
+	aaaa []dns.AAAA
 }
 
-type aRecord struct {
-	dns.A
-	ip [4]byte
-}
-
-type aaaaRecord struct {
-	dns.AAAA
-	ip [16]byte
-}
-
-// next returns the record of a, with owner, from the room made for its family.
-func (rs *records) next(mk *recordMaker, owner string, a netip.Addr) dns.RR {
-	if a.Is4() {
+// next returns the record of endpoint e's address, with owner, from the room made for its family.
+func (rs *records) next(mk *recordMaker, owner string, e *index.Endpoint) dns.RR {
+	ip := e.IP()
+	if len(ip) == net.IPv4len {
 		r := &rs.a[0]
 		rs.a = rs.a[1:]
-		return r.set(mk.hdr(owner, dns.TypeA), a)
+		*r = dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: ip}
+		return r
 	}
 	r := &rs.aaaa[0]
 	rs.aaaa = rs.aaaa[1:]
-	return r.set(mk.hdr(owner, dns.TypeAAAA), a)
-}
-
-// set makes r the A record of a, with header hdr.
-func (r *aRecord) set(hdr dns.RR_Header, a netip.Addr) dns.RR {
-	r.ip = a.As4()
-	r.A = dns.A{Hdr: hdr, A: r.ip[:]}
-	return &r.A
-}
-
-// set makes r the AAAA record of a, with header hdr.
-func (r *aaaaRecord) set(hdr dns.RR_Header, a netip.Addr) dns.RR {
-	r.ip = a.As16()
-	r.AAAA = dns.AAAA{Hdr: hdr, AAAA: r.ip[:]}
-	return &r.AAAA
+	*r = dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: ip}
+	return r
 }
 
 func (mk *recordMaker) addr(owner string, a netip.Addr) dns.RR {
@@ -277,7 +258,7 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 	rrs := make([]dns.RR, size.srvs+size.v4+size.v6) // the answer and the glue, one allocation
 	answer, extra = rrs[:0:size.srvs], rrs[size.srvs:size.srvs]
 	srvRecords := make([]dns.SRV, size.srvs)
-	glue := records{a: make([]aRecord, size.v4), aaaa: make([]aaaaRecord, size.v6)}
+	glue := records{a: make([]dns.A, size.v4), aaaa: make([]dns.AAAA, size.v6)}
 	weight := uint16(0)
 	for i, t := range targets {
 		if i == 0 || t.Tier != targets[i-1].Tier {
@@ -286,10 +267,10 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 		target := names[:t.nameLen]
 		names = names[t.nameLen:]
 		for _, r := range t.A {
-			extra = append(extra, glue.next(mk, target, r.Addr()))
+			extra = append(extra, glue.next(mk, target, r.Endpoint))
 		}
 		for _, r := range t.AAAA {
-			extra = append(extra, glue.next(mk, target, r.Addr()))
+			extra = append(extra, glue.next(mk, target, r.Endpoint))
 		}
 		for _, p := range t.Ports {
 			if n.matchesPort(p) {

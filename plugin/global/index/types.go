@@ -6,6 +6,7 @@ package index
 import (
 	"cmp"
 	"iter"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -116,6 +117,16 @@ func (e *Endpoint) Addr() netip.Addr {
 		return netip.AddrFrom4([4]byte(e.addr[:4]))
 	}
 	return netip.AddrFrom16(e.addr)
+}
+
+// IP returns the endpoint's address bytes, 4 or 16, shared with the endpoint (which does not change
+// once made): answers' records point at them instead of copying, as the hosts plugin's records
+// share its table. Nothing may write to them.
+func (e *Endpoint) IP() net.IP {
+	if e.is4 {
+		return e.addr[:4:4]
+	}
+	return e.addr[:]
 }
 
 // SetAddr sets the endpoint's address: IPv4, or IPv6 without a zone.
