@@ -197,13 +197,28 @@ func setEDE(req, m *dns.Msg, code uint16, text string) {
 	opt.Option = append(opt.Option, &dns.EDNS0_EDE{InfoCode: code, ExtraText: text})
 }
 
-// fitting is how many of n records of at least perRR bytes the reply to req holds, and one (nil:
-// all n). Every reply holds 512 bytes: below what those hold, the question's EDNS0 size is not read.
+// fitting is how many of n records of at least perRR bytes the reply to req holds beside its
+// header and question, and one (nil: all n). Every reply holds 512 bytes: below what those hold,
+// the question's EDNS0 size is not read.
 func fitting(n, perRR int, req *request.Request) int {
 	if req == nil || n <= 512/perRR+1 {
 		return n
 	}
-	return min(n, req.Size()/perRR+1)
+	return min(n, (req.Size()-questionLen(req.Req))/perRR+1)
+}
+
+// questionLen is the least bytes the header and the question of a reply to r take: 12, the name
+// and 4 for type and class. On the wire a name takes a byte more than its text ("a.b.": a length
+// byte for each label instead of its dot, and the root's); a name with escapes, longer as text
+// than on the wire, is counted as the root alone. Never more than the reply takes: the one record
+// more than fit is what makes the server truncate the reply and say so.
+func questionLen(r *dns.Msg) int {
+	name := r.Question[0].Name
+	wire := len(name) + 1
+	if name == "." || strings.IndexByte(name, '\\') >= 0 {
+		wire = 1
+	}
+	return 12 + wire + 4
 }
 
 // The least bytes a record takes in a reply, its owner name compressed to a pointer: 2 for it, 10
