@@ -1,6 +1,7 @@
 package index
 
 import (
+	"hash/maphash"
 	"math/bits"
 	"strings"
 )
@@ -22,8 +23,9 @@ type placements struct {
 	localAt int
 	// zones are the mirrors' zone localities, as s.clusters (the local member's, if any, "").
 	zones []string
-	// hosts are the nodes that hold local ready records.
-	hosts map[string]bool
+	// hosts are the nodes that hold local ready records, by the hash of their name (clientTiers'
+	// nodeHash): a collision only keys a client's answers by its node when they need not be.
+	hosts map[uint64]struct{}
 	memo  memo // answers remembered (memo.go)
 }
 
@@ -60,16 +62,18 @@ func (s *Service) places() *placements {
 			}
 			if r.Local.NodeName != "" {
 				lp.byNode[r.Local.NodeName] = append(lp.byNode[r.Local.NodeName], r)
-				if p.hosts == nil {
-					p.hosts = map[string]bool{}
-				}
-				p.hosts[r.Local.NodeName] = true
 			}
 			if r.Local.Zone != "" {
 				lp.byZone[r.Local.Zone] = append(lp.byZone[r.Local.Zone], r)
 			}
 		}
 		p.family[f] = lp
+		for node := range lp.byNode {
+			if p.hosts == nil {
+				p.hosts = map[uint64]struct{}{}
+			}
+			p.hosts[maphash.String(memoSeed, node)] = struct{}{}
+		}
 	}
 	s.placed.CompareAndSwap(nil, p)
 	return s.placed.Load()
@@ -103,7 +107,7 @@ func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep f
 	k, h := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}, uint64(0)
 	if c != nil {
 		k.class, h = tiers.class, tiers.classHash
-		if p.hosts[c.Node] {
+		if _, ok := p.hosts[tiers.nodeHash]; ok {
 			k.node, h = c.Node, h^tiers.nodeHash
 		}
 	}
