@@ -40,8 +40,8 @@ func NewClients(client kubernetes.Interface, keys []string, pods bool, forwarder
 		services []string
 	}{{c.fwd, forwarderServices}, {c.ecs, ecsServices}} {
 		for _, s := range set.services {
-			set.f.add(s)
-			c.runs = append(c.runs, func(ctx context.Context, synced func()) { set.f.watch(ctx, client, s, synced) })
+			into := set.f.add()
+			c.runs = append(c.runs, func(ctx context.Context, synced func()) { watchAddresses(ctx, client, s, into, synced) })
 		}
 	}
 	return c

@@ -17,12 +17,12 @@ import (
 // which is every client's (it forwards and caches for all), so it is never ranked from its source;
 // or the resolvers trusted to set the ECS option (client_ecs_from).
 type forwarders struct {
-	byService map[string]*atomic.Pointer[map[netip.Addr]bool]
+	// byService are the addresses of each Service, in a slice: has reads every one on every
+	// ranked query, and a map's iterator costs several times the lookups.
+	byService []*atomic.Pointer[map[netip.Addr]bool]
 }
 
-func newForwarders() *forwarders {
-	return &forwarders{byService: map[string]*atomic.Pointer[map[netip.Addr]bool]{}}
-}
+func newForwarders() *forwarders { return &forwarders{} }
 
 // has reports whether a is a forwarder's address.
 func (f *forwarders) has(a netip.Addr) bool {
@@ -34,12 +34,15 @@ func (f *forwarders) has(a netip.Addr) bool {
 	return false
 }
 
-// add makes room for Service svc, <namespace>/<name>; call it before anything runs.
-func (f *forwarders) add(svc string) { f.byService[svc] = new(atomic.Pointer[map[netip.Addr]bool]) }
+// add makes room for a Service's addresses, which its watch keeps; call it before anything runs.
+func (f *forwarders) add() *atomic.Pointer[map[netip.Addr]bool] {
+	f.byService = append(f.byService, new(atomic.Pointer[map[netip.Addr]bool]))
+	return f.byService[len(f.byService)-1]
+}
 
-// watch keeps the addresses of Service svc's EndpointSlices, ready or not: a pod starting or
-// stopping forwards all the same.
-func (f *forwarders) watch(ctx context.Context, client kubernetes.Interface, svc string, synced func()) {
+// watchAddresses keeps into the addresses of Service svc's EndpointSlices, ready or not: a pod
+// starting or stopping forwards all the same.
+func watchAddresses(ctx context.Context, client kubernetes.Interface, svc string, into *atomic.Pointer[map[netip.Addr]bool], synced func()) {
 	ns, name, _ := strings.Cut(svc, "/")
 	inf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + name }),
@@ -55,6 +58,6 @@ func (f *forwarders) watch(ctx context.Context, client kubernetes.Interface, svc
 				}
 			}
 		}
-		f.byService[svc].Store(&addrs)
+		into.Store(&addrs)
 	})
 }
