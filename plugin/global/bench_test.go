@@ -4,15 +4,23 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
+	"github.com/globaldns/global/plugin/global/watch"
 
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // discard is a ResponseWriter that drops the reply: the benchmarks measure the plugin. Its
@@ -47,9 +55,11 @@ func BenchmarkServeDNS(b *testing.B) {
 	} {
 		b.Run(q.name, func(b *testing.B) { benchServe(b, g, q.qname, q.qtype, "") })
 	}
-	// Ranked from a client on a node (6 A records over 5 tiers), and a zonal name.
+	// Ranked from a client on a node (6 A records over 5 tiers), and a zonal name; the client found
+	// by the locator the plugin runs with.
 	z := zonedGlobal(b, clientSources{node: true})
 	z.rotate = true
+	z.locator = benchLocator(b)
 	b.Run("client", func(b *testing.B) { benchServe(b, z, "zz.db.global.", dns.TypeA, "10.1.0.1") })
 	b.Run("zonal", func(b *testing.B) { benchServe(b, z, "za.pin._zone.zz.db.global.", dns.TypeA, "") })
 	// SRV of a service of 10,010 endpoints, over UDP as srv: what a reply holds is made, no more.
@@ -88,7 +98,31 @@ func spreadGlobal(b *testing.B, n int) *Global {
 	ix.Start()
 	ix.Publish()
 	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5, rotate: true}, index: ix,
-		asker: asker{sources: clientSources{node: true}, locator: fakeLocator{}}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+		asker: asker{sources: clientSources{node: true}, locator: benchLocator(b)}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+}
+
+// benchLocator is the locator the plugin runs with (watch.Clients), over a fake API of fakeLocator's
+// Nodes (n1 at 10.1.0.1 in za, n3 at 10.1.0.3 in zb, both in r1) and the default forwarder Service
+// with fakeForwarder's address: a ranked query's lookups cost what they cost in a server.
+func benchLocator(b *testing.B) *watch.Clients {
+	node := func(name, addr, zone string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{index.ZoneKey: zone, index.RegionKey: "r1"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}}}
+	}
+	fwd := strings.Split(contract.DefaultForwarders()[0], "/")
+	api := fake.NewClientset(node("n1", "10.1.0.1", "za"), node("n3", "10.1.0.3", "zb"),
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: fwd[0], Name: fwd[1] + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: fwd[1]}},
+			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fakeForwarder.String()}}}})
+	c := watch.NewClients(api, nodeKeys(zonedTopology().ClientKeys), false, contract.DefaultForwarders(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	synced := make(chan struct{})
+	go c.Run(ctx, synced)
+	<-synced
+	if c.Node(netip.MustParseAddr("10.1.0.1")) == nil || !c.Forwarder(fakeForwarder) {
+		b.Fatal("the locator does not hold the fake API's Node and forwarder")
+	}
+	return c
 }
 
 // benchServe measures g answering qname from address from ("": the test writer's).
