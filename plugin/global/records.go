@@ -345,18 +345,26 @@ func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string,
 	return targets, size
 }
 
-// targetNames returns the names of targets, one after another in one string of size bytes.
+// targetNames returns the names of targets, one after another in one string of size bytes. The
+// domain is written in pieces once, then copied whole from what is written.
 func targetNames(targets []srvTarget, domain [5]string, size int) string {
 	var b strings.Builder
 	b.Grow(size)
+	dom := ""
 	for _, t := range targets {
 		b.WriteString(t.Host)
 		b.WriteByte('.')
 		b.WriteString(t.Cluster)
 		b.WriteByte('.')
+		if dom != "" {
+			b.WriteString(dom)
+			continue
+		}
+		from := b.Len()
 		for _, s := range domain {
 			b.WriteString(s)
 		}
+		dom = b.String()[from:] // what is written stays: the builder only appends, within size
 	}
 	return b.String()
 }
