@@ -312,6 +312,14 @@ func compareHeads(a, b []Record) int {
 	case len(b) == 0:
 		return -1
 	}
+	// Each comparison only when the one before ties (cmp.Or would make all three), and strings
+	// compared once each (cmp.Compare compares twice).
 	x, y := &a[0], &b[0]
-	return cmp.Or(cmp.Compare(x.Tier, y.Tier), cmp.Compare(x.Cluster, y.Cluster), cmp.Compare(x.Host, y.Host))
+	if x.Tier != y.Tier {
+		return cmp.Compare(x.Tier, y.Tier)
+	}
+	if c := strings.Compare(x.Cluster, y.Cluster); c != 0 {
+		return c
+	}
+	return strings.Compare(x.Host, y.Host)
 }
