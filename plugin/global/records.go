@@ -275,7 +275,8 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 	srvRecords := make([]dns.SRV, size.srvs)
 	glue := records{a: make([]dns.A, size.v4), aaaa: make([]dns.AAAA, size.v6)}
 	weight := uint16(0)
-	for i, t := range targets {
+	for i := range targets {
+		t := &targets[i] // not copied: a target is some 130 bytes
 		if i == 0 || t.Tier != targets[i-1].Tier {
 			weight = tierWeight(targets[i:], size.lastTier)
 		}
@@ -351,7 +352,8 @@ func targetNames(targets []srvTarget, domain [5]string, size int) string {
 	var b strings.Builder
 	b.Grow(size)
 	dom := ""
-	for _, t := range targets {
+	for i := range targets {
+		t := &targets[i]
 		b.WriteString(t.Host)
 		b.WriteByte('.')
 		b.WriteString(t.Cluster)
@@ -374,11 +376,11 @@ func targetNames(targets []srvTarget, domain [5]string, size int) string {
 // has last records, some of targets not made.
 func tierWeight(targets []srvTarget, last int) uint16 {
 	inTier := 0
-	for _, u := range targets {
-		if u.Tier != targets[0].Tier {
+	for i := range targets {
+		if targets[i].Tier != targets[0].Tier {
 			break
 		}
-		inTier += u.srvs
+		inTier += targets[i].srvs
 	}
 	if targets[len(targets)-1].Tier == targets[0].Tier {
 		inTier = last
