@@ -81,14 +81,15 @@ func medianOf(out []string, name, unit string) string {
 	return "?"
 }
 
-// ratio is a/b of two medians, "?" when either is.
+// ratio is a/b of two medians, "?" when either is; to two places, so that 1.33 does not read as a
+// goal of 1.3 met.
 func ratio(a, b string) string {
 	x, errA := strconv.ParseFloat(a, 64)
 	y, errB := strconv.ParseFloat(b, 64)
 	if errA != nil || errB != nil || y == 0 {
 		return "?"
 	}
-	return strconv.FormatFloat(x/y, 'f', 1, 64)
+	return strconv.FormatFloat(x/y, 'f', 2, 64)
 }
 
 // serveGoals reports the goals of ServeDNS from its benchmarks' lines.
