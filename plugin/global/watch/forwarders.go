@@ -17,8 +17,8 @@ import (
 // which is every client's (it forwards and caches for all), so it is never ranked from its source;
 // or the resolvers trusted to set the ECS option (client_ecs_from).
 type forwarders struct {
-	// byService are the addresses of each Service, in a slice: has reads every one on every
-	// ranked query, and a map's iterator costs several times the lookups.
+	// byService are the addresses of each Service, in a slice: has reads each on every query
+	// from a client, and a map's iterator costs several times the lookups.
 	byService []*atomic.Pointer[map[netip.Addr]bool]
 }
 
