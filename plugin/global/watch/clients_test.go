@@ -149,3 +149,31 @@ func TestPodCIDRScope(t *testing.T) {
 	}
 	check("10.244.5.0/24", "old", 24)
 }
+
+// A forwarder set answers alike whether it keeps its addresses in a list (a few) or a map.
+func TestAddrSet(t *testing.T) {
+	for _, n := range []int{0, 1, fewAddrs, fewAddrs + 1, 50} {
+		addrs := map[netip.Addr]bool{}
+		for i := range n {
+			a := netip.AddrFrom4([4]byte{10, 0, byte(i / 250), byte(i % 250)})
+			if i == n-1 {
+				a = netip.MustParseAddr("fd00::1") // both families
+			}
+			addrs[a] = true
+		}
+		s := newAddrSet(addrs)
+		if (s.many != nil) != (len(addrs) > fewAddrs) {
+			t.Errorf("%d addresses: kept in a map %v", len(addrs), s.many != nil)
+		}
+		for a := range addrs {
+			if !s.has(a) {
+				t.Errorf("%d addresses: %s not found", len(addrs), a)
+			}
+		}
+		for _, a := range []string{"10.0.1.0", "10.9.9.9", "fd00::2", "::ffff:10.0.0.0"} {
+			if s.has(netip.MustParseAddr(a)) {
+				t.Errorf("%d addresses: %s found", len(addrs), a)
+			}
+		}
+	}
+}

@@ -19,7 +19,39 @@ import (
 type forwarders struct {
 	// byService are the addresses of each Service, in a slice: has reads each on every query
 	// from a client, and a map's iterator costs several times the lookups.
-	byService []*atomic.Pointer[map[netip.Addr]bool]
+	byService []*atomic.Pointer[addrSet]
+}
+
+// addrSet is a set of addresses: up to fewAddrs in a list, compared in turn (as the cluster DNS's
+// few pods are: a handful of compares costs less than hashing one address), more in a map.
+type addrSet struct {
+	few  []netip.Addr
+	many map[netip.Addr]bool
+}
+
+const fewAddrs = 8
+
+func newAddrSet(addrs map[netip.Addr]bool) *addrSet {
+	if len(addrs) > fewAddrs {
+		return &addrSet{many: addrs}
+	}
+	s := &addrSet{}
+	for a := range addrs {
+		s.few = append(s.few, a)
+	}
+	return s
+}
+
+func (s *addrSet) has(a netip.Addr) bool {
+	if s.many != nil {
+		return s.many[a]
+	}
+	for _, b := range s.few {
+		if a == b {
+			return true
+		}
+	}
+	return false
 }
 
 func newForwarders() *forwarders { return &forwarders{} }
@@ -27,7 +59,7 @@ func newForwarders() *forwarders { return &forwarders{} }
 // has reports whether a is a forwarder's address.
 func (f *forwarders) has(a netip.Addr) bool {
 	for _, addrs := range f.byService {
-		if m := addrs.Load(); m != nil && (*m)[a] {
+		if set := addrs.Load(); set != nil && set.has(a) {
 			return true
 		}
 	}
@@ -35,14 +67,14 @@ func (f *forwarders) has(a netip.Addr) bool {
 }
 
 // add makes room for a Service's addresses, which its watch keeps; call it before anything runs.
-func (f *forwarders) add() *atomic.Pointer[map[netip.Addr]bool] {
-	f.byService = append(f.byService, new(atomic.Pointer[map[netip.Addr]bool]))
+func (f *forwarders) add() *atomic.Pointer[addrSet] {
+	f.byService = append(f.byService, new(atomic.Pointer[addrSet]))
 	return f.byService[len(f.byService)-1]
 }
 
 // watchAddresses keeps into the addresses of Service svc's EndpointSlices, ready or not: a pod
 // starting or stopping forwards all the same.
-func watchAddresses(ctx context.Context, client kubernetes.Interface, svc string, into *atomic.Pointer[map[netip.Addr]bool], synced func()) {
+func watchAddresses(ctx context.Context, client kubernetes.Interface, svc string, into *atomic.Pointer[addrSet], synced func()) {
 	ns, name, _ := strings.Cut(svc, "/")
 	inf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=" + name }),
@@ -58,6 +90,6 @@ func watchAddresses(ctx context.Context, client kubernetes.Interface, svc string
 				}
 			}
 		}
-		into.Store(&addrs)
+		into.Store(newAddrSet(addrs))
 	})
 }
