@@ -70,7 +70,7 @@ func (c *Client) tiersFrom(t *Topology) *clientTiers {
 	}
 	class := classOf(c, t)
 	ct := &clientTiers{topo: t, farthest: t.tierAt("", "", "", c),
-		class: class, classHash: maphash.String(memoSeed, class), nodeHash: maphash.String(memoSeed, c.Node)}
+		class: class, classHash: maphash.String(memoSeed, class), nodeHash: nodeHash(c.Node)}
 	for node, onNode := range [2]string{"", c.Node} {
 		for zone, inZone := range [2]string{"", c.Zone()} {
 			ct.local[node][zone] = t.tierAt(t.Local, onNode, inZone, c)
@@ -84,6 +84,10 @@ func (c *Client) tiersFrom(t *Topology) *clientTiers {
 	c.tiers.Store(ct)
 	return ct
 }
+
+// nodeHash is the hash of a node's name: a client's (clientTiers) and a service's hosts'
+// (placements) must agree.
+func nodeHash(node string) uint64 { return maphash.String(memoSeed, node) }
 
 // Zone returns the client's zone, "" when its node has none.
 func (c *Client) Zone() string { return c.Labels[ZoneKey] }

@@ -1,7 +1,6 @@
 package index
 
 import (
-	"hash/maphash"
 	"math/bits"
 	"strings"
 )
@@ -72,7 +71,7 @@ func (s *Service) places() *placements {
 			if p.hosts == nil {
 				p.hosts = map[uint64]struct{}{}
 			}
-			p.hosts[maphash.String(memoSeed, node)] = struct{}{}
+			p.hosts[nodeHash(node)] = struct{}{}
 		}
 	}
 	s.placed.CompareAndSwap(nil, p)
