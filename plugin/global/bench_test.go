@@ -3,8 +3,8 @@ package global
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
-	"net/netip"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -102,17 +103,18 @@ func spreadGlobal(b *testing.B, n int) *Global {
 }
 
 // benchLocator is the locator the plugin runs with (watch.Clients), over a fake API of fakeLocator's
-// Nodes (n1 at 10.1.0.1 in za, n3 at 10.1.0.3 in zb, both in r1) and the default forwarder Service
-// with fakeForwarder's address: a ranked query's lookups cost what they cost in a server.
+// Nodes (fakeNodes: their names, addresses and labels) and the default forwarder Service with
+// fakeForwarder's address: a ranked query's lookups cost what they cost in a server.
 func benchLocator(b *testing.B) *watch.Clients {
-	node := func(name, addr, zone string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{index.ZoneKey: zone, index.RegionKey: "r1"}},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}}}
-	}
 	fwd := strings.Split(contract.DefaultForwarders()[0], "/")
-	api := fake.NewSimpleClientset(node("n1", "10.1.0.1", "za"), node("n3", "10.1.0.3", "zb"),
-		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: fwd[0], Name: fwd[1] + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: fwd[1]}},
-			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fakeForwarder.String()}}}})
+	objs := []k8sruntime.Object{&discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: fwd[0], Name: fwd[1] + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: fwd[1]}},
+		AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fakeForwarder.String()}}}}}
+	for addr, c := range fakeNodes {
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.Node, Labels: c.Labels},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr.String()}}}})
+	}
+	api := fake.NewSimpleClientset(objs...)
 	c := watch.NewClients(api, nodeKeys(zonedTopology().ClientKeys), false, contract.DefaultForwarders(), nil)
 	// Stopped once its tables are made: they stay, and the fake API and the informers' caches,
 	// which no server's queries read, leave the heap the benchmarks' collections mark.
@@ -121,8 +123,13 @@ func benchLocator(b *testing.B) *watch.Clients {
 	go c.Run(ctx, synced)
 	<-synced
 	cancel()
-	if c.Node(netip.MustParseAddr("10.1.0.1")) == nil || !c.Forwarder(fakeForwarder) {
-		b.Fatal("the locator does not hold the fake API's Node and forwarder")
+	for addr, want := range fakeNodes {
+		if got := c.Node(addr); got == nil || got.Node != want.Node || !maps.Equal(got.Labels, want.Labels) {
+			b.Fatalf("the locator holds %+v at %s, want %+v", got, addr, want)
+		}
+	}
+	if !c.Forwarder(fakeForwarder) {
+		b.Fatal("the locator does not hold the forwarder")
 	}
 	return c
 }
