@@ -10,6 +10,7 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 
+	clog "github.com/coredns/coredns/plugin/pkg/log"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -342,7 +343,9 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 	if sliceUpToDate(have, want) {
 		return have.ResourceVersion, nil
 	}
-	telemetry.Log.Debugf("writer: updating EndpointSlice %s/%s: %s differ", have.Namespace, have.Name, sliceDiff(have, want))
+	if clog.D.Value() { // sliceDiff compares the slices again: only when the log shows it
+		telemetry.Log.Debugf("writer: updating EndpointSlice %s/%s: %s differ", have.Namespace, have.Name, sliceDiff(have, want))
+	}
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	setAnnotations(&upd.ObjectMeta, want.Annotations, index.SliceAnnotationKeys)
