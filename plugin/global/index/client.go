@@ -68,6 +68,12 @@ func (c *Client) tiersFrom(t *Topology) *clientTiers {
 	if ct := c.tiers.Load(); ct != nil && ct.topo == t {
 		return ct
 	}
+	return c.computeTiers(t)
+}
+
+// computeTiers computes and keeps the tiers c sees under t: tiersFrom's work, out of line (see
+// Service.places).
+func (c *Client) computeTiers(t *Topology) *clientTiers {
 	class := classOf(c, t)
 	ct := &clientTiers{topo: t, farthest: t.tierAt("", "", "", c),
 		class: class, classHash: maphash.String(memoSeed, class), nodeHash: nodeHash(c.Node)}

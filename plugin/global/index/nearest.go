@@ -3,6 +3,7 @@ package index
 import (
 	"math/bits"
 	"strings"
+	"sync/atomic"
 )
 
 // Answers of one topology zone (zonal names) and answers ranked from the client read only the
@@ -33,11 +34,18 @@ type localPlaces struct {
 	byZone map[string][]*Record
 }
 
-// places returns s's placements, made on first use.
+// places returns s's placements, made on first use. The making is out of line, as all the work of
+// a query's rare paths here: a frame is reserved whole on every call, and a query's goroutine starts
+// with a small stack, which grows by a copy (see the plugin's ServeDNS).
 func (s *Service) places() *placements {
 	if p := s.placed.Load(); p != nil {
 		return p
 	}
+	return s.place()
+}
+
+// place makes s's placements (places).
+func (s *Service) place() *placements {
 	p := &placements{zones: make([]string, len(s.clusters))}
 	for i := range s.clusters {
 		name := s.clusterName(i)
@@ -100,10 +108,10 @@ func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep f
 	if c != nil {
 		tiers = c.tiersFrom(s.topo)
 	}
-	if keep != nil {
-		return s.walk(p, zone, c, tiers, keep, limit).view(cluster, family)
-	}
 	k, h := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}, uint64(0)
+	if keep != nil {
+		return s.walked(p, &k, c, tiers, keep)
+	}
 	if c != nil {
 		k.class, h = tiers.class, tiers.classHash
 		if _, ok := p.hosts[tiers.nodeHash]; ok {
@@ -114,9 +122,25 @@ func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep f
 	if e := slot.Load(); e != nil && e.key == k {
 		return e.view
 	}
-	v := s.walk(p, zone, c, tiers, nil, limit).view(cluster, family)
-	slot.Store(&memoEntry{k, v})
+	return s.remember(slot, &k, p, c, tiers)
+}
+
+// remember walks the answer of k, and keeps it in slot. Never inlined, for walked's reason.
+//
+//go:noinline
+func (s *Service) remember(slot *atomic.Pointer[memoEntry], k *memoKey, p *placements, c *Client, tiers *clientTiers) View {
+	v := s.walked(p, k, c, tiers, nil)
+	slot.Store(&memoEntry{*k, v})
 	return v
+}
+
+// walked walks the answer of the Nearest question k (its node and class unread). Never inlined:
+// the walk's frames would deepen Nearest's, which every ranked and zonal query calls, for answers
+// the memo mostly holds.
+//
+//go:noinline
+func (s *Service) walked(p *placements, k *memoKey, c *Client, tiers *clientTiers, keep func(*Record) bool) View {
+	return s.walk(p, k.zone, c, tiers, keep, k.limit).view(k.cluster, k.family)
 }
 
 // walk returns the walk of a Nearest question.

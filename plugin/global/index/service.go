@@ -115,6 +115,19 @@ func (s *Service) Select(cluster, host string, keep func(*Record) bool, limit in
 		b, d = a+min(b-a, limit), c+min(d-c, limit)
 		return View{A: s.records[a:b:b], AAAA: s.records[c:d:d]}
 	}
+	if keep == nil && host != "" { // one endpoint's records: a run of its cluster's, in one part
+		v, _ := s.Host(cluster, host)
+		a, aaaa := min(len(v.A), limit), min(len(v.AAAA), limit)
+		return View{A: v.A[:a:a], AAAA: v.AAAA[:aaaa:aaaa]}
+	}
+	return s.selectParts(cluster, host, keep, limit)
+}
+
+// selectParts is Select of a big service, or with keep or host. Never inlined: its frame would
+// deepen every answer's stack (see Service.places).
+//
+//go:noinline
+func (s *Service) selectParts(cluster, host string, keep func(*Record) bool, limit int) View {
 	switch {
 	case host != "":
 		v, _ := s.Host(cluster, host)
@@ -154,19 +167,30 @@ func pick(rs Records, keep func(*Record) bool, limit int) []Record {
 func (s *Service) Host(cluster, host string) (View, bool) {
 	var v View
 	if c := s.cluster(cluster); c != nil {
-		rs := s.Records()
-		v = View{A: hostRun(rs.Slice(int(c.a[0]), int(c.a[1])), host), AAAA: hostRun(rs.Slice(int(c.aaaa[0]), int(c.aaaa[1])), host)}
+		v = View{A: s.hostRun(c.a, host), AAAA: s.hostRun(c.aaaa, host)}
 	}
 	return v, !v.Empty()
 }
 
-// hostRun returns the records of host in rs, one cluster's records sorted by host.
-func hostRun(rs Records, host string) []Record {
-	head := rs.flat
-	if rs.ps != nil { // a big service's: from the part that holds them all
-		i := rs.search(0, rs.Len(), func(r *Record) bool { return r.Host >= host })
-		head, _ = rs.Slice(i, rs.Len()).next()
+// from returns the records of rs, sorted by host, from the first of host on, as far as the part
+// that holds it goes. Never inlined: a big service's search would deepen every per-pod answer's
+// stack (see Service.places).
+//
+//go:noinline
+func (rs Records) from(host string) []Record {
+	i := rs.search(0, rs.Len(), func(r *Record) bool { return r.Host >= host })
+	head, _ := rs.Slice(i, rs.Len()).next()
+	return head
+}
+
+// hostRun returns the records of host among records run[0] to run[1], one cluster's of one family,
+// sorted by host.
+func (s *Service) hostRun(run [2]int32, host string) []Record {
+	var head []Record
+	if s.inc != nil { // a big service's: from the part that holds the first
+		head = s.Records().Slice(int(run[0]), int(run[1])).from(host)
 	} else {
+		head = s.records[run[0]:run[1]]
 		head = head[sort.Search(len(head), func(i int) bool { return head[i].Host >= host }):]
 	}
 	j := 0
