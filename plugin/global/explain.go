@@ -56,6 +56,16 @@ func explainReplica(rep replica, snap *index.Snapshot) []string {
 	return lines
 }
 
+// explainNameserver is the explanation of the nameserver's name, qname: the addresses it answers.
+func explainNameserver(qname string, addrs []netip.Addr) []string {
+	return []string{contract.Line{}.Add(contract.KeyNameserver, qname).Add(contract.KeyAddrs, joinAddrs(addrs)).String()}
+}
+
+// explainUnsynced is the explanation of any name below the apex before the first sync.
+func explainUnsynced() []string {
+	return []string{contract.Line{}.Add(contract.KeySynced, "false: waiting for the Kubernetes API; IN answers SERVFAIL until then").String()}
+}
+
 // explainSelection is the explanation of a name below the apex, from its selection, no longer
 // than a reply of size bytes can hold.
 func explainSelection(s *selection, size int) []string {

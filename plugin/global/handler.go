@@ -5,7 +5,6 @@ import (
 	"context"
 	"strings"
 
-	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
 	"github.com/coredns/coredns/coremain"
@@ -18,6 +17,11 @@ import (
 // public TLD: nothing leaks to the next plugin unless fallthrough says so, and only on NXDOMAIN).
 // A name is parsed, what it selects computed once (selector.go), and the selection rendered as
 // records (records.go) or, in class CH, as its explanation (explain.go).
+//
+// The frames below are kept small, and rare work out of line: CoreDNS serves each UDP query on a
+// new goroutine, whose stack starts at 2 KB and has grown to 4 KB unpacking the question. A plugin
+// that takes more than some 2 KB more makes the runtime copy that stack to a bigger one, on every
+// query, which costs more than an answer (stack_test.go measures it).
 func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := lowerName(questionName(r))
@@ -34,7 +38,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	final := false // an answer fallthrough must not pass on
 	q, ecs := g.whoAsks(w, r)
 
-	switch n := g.scheme(zone).parse(qname, zone); {
+	switch {
 	case state.QClass() != dns.ClassINET && !chaos:
 		// What the server answers when no plugin opens other classes.
 		m.Authoritative = false
@@ -48,7 +52,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 		m.Authoritative = false
 		m.Rcode = dns.RcodeRefused
 	default:
-		final = g.respond(&state, m, snap, &n, q, chaos)
+		final = g.respond(&state, m, snap, qname, q, chaos)
 	}
 	if ecs != nil {
 		if len(m.Answer) == 0 {
@@ -131,22 +135,25 @@ func newReply(r *dns.Msg) *dns.Msg {
 	return m
 }
 
-// respond answers name n in class IN, or in class CH (chaos) with the explanation of the IN
+// respond answers qname in class IN, or in class CH (chaos) with the explanation of the IN
 // answer for the same name, from the same snapshot, with the same rcode: each form of name is
 // dispatched here once, to its answer and its explanation (below the apex, by the selection:
 // nameIs). It reports whether the name is an ambiguous short name, which fallthrough must not
 // pass on.
-func (g *Global) respond(state *request.Request, m *dns.Msg, snap *index.Snapshot, n *name, q querier, chaos bool) (ambiguous bool) {
+func (g *Global) respond(state *request.Request, m *dns.Msg, snap *index.Snapshot, qname string, q querier, chaos bool) (ambiguous bool) {
+	var s selection // the query's one: its name parsed, then what it selects
+	n := &s.name
+	g.scheme(state.Zone).parse(n, qname, state.Zone)
 	var lines []string // the explanation
 	switch {
 	case n.form == formApex && chaos:
-		lines = explainReplica(g.replica(), snap)
+		lines = g.explainApex(snap)
 	case n.form == formApex:
-		g.apex(*state, m, snap)
+		g.apex(state, m, snap)
 	case n.form == formNameserver && chaos:
-		lines = []string{contract.Line{}.Add(contract.KeyNameserver, questionName(state.Req)).Add(contract.KeyAddrs, joinAddrs(g.nsAddrs)).String()}
+		lines = explainNameserver(questionName(state.Req), g.nsAddrs)
 	case n.form == formNameserver:
-		g.nameserver(*state, m, snap)
+		g.nameserver(state, m, snap)
 	case !g.index.Ready():
 		// Never NXDOMAIN before the first sync: the name may well exist.
 		m.Authoritative = false
@@ -155,20 +162,18 @@ func (g *Global) respond(state *request.Request, m *dns.Msg, snap *index.Snapsho
 			setEDE(state.Req, m, dns.ExtendedErrorCodeNotReady, "global: waiting for the Kubernetes API")
 			return false
 		}
-		lines = []string{contract.Line{}.Add(contract.KeySynced, "false: waiting for the Kubernetes API; IN answers SERVFAIL until then").String()}
+		lines = explainUnsynced()
 	case chaos:
-		var s selection
-		g.selectName(&s, snap, state.Zone, n, dns.TypeTXT, q, nil)
+		g.selectName(&s, snap, state.Zone, dns.TypeTXT, q, nil)
 		switch ambiguous = s.ambiguous(); {
 		case ambiguous:
-			g.answerAmbiguous(*state, m, &s)
+			g.answerAmbiguous(state, m, &s)
 		case !s.exists:
 			m.Rcode = dns.RcodeNameError
 		}
 		lines = explainSelection(&s, state.Size())
 	default:
-		var s selection
-		g.selectName(&s, snap, state.Zone, n, state.QType(), q, state)
+		g.selectName(&s, snap, state.Zone, state.QType(), q, state)
 		g.answer(state, m, &s)
 		return s.ambiguous()
 	}
@@ -194,6 +199,12 @@ func (g *Global) explanation(state *request.Request, m *dns.Msg, snap *index.Sna
 	}
 }
 
+// explainApex is the apex's explanation (explainReplica). Never inlined: the replica's state would
+// deepen respond's frame, below which every answer is made (see ServeDNS).
+//
+//go:noinline
+func (g *Global) explainApex(snap *index.Snapshot) []string { return explainReplica(g.replica(), snap) }
+
 // replica is what the apex's explanation says of this replica.
 func (g *Global) replica() replica {
 	rep := replica{synced: g.index.Ready(), leader: "none", writer: g.writer != nil, topology: g.index.Topology(),
@@ -207,7 +218,7 @@ func (g *Global) replica() replica {
 }
 
 // apex answers the zone's own name: SOA, NS, and NODATA for anything else.
-func (g *Global) apex(state request.Request, m *dns.Msg, snap *index.Snapshot) {
+func (g *Global) apex(state *request.Request, m *dns.Msg, snap *index.Snapshot) {
 	switch state.QType() {
 	case dns.TypeSOA:
 		m.Answer = []dns.RR{g.soa(state.Zone, snap, dns.ClassINET)}
@@ -221,7 +232,7 @@ func (g *Global) apex(state request.Request, m *dns.Msg, snap *index.Snapshot) {
 }
 
 // nameserver answers ns1.dns.<zone> with the addresses this server listens on.
-func (g *Global) nameserver(state request.Request, m *dns.Msg, snap *index.Snapshot) {
+func (g *Global) nameserver(state *request.Request, m *dns.Msg, snap *index.Snapshot) {
 	if q := state.QType(); q == dns.TypeA || q == dns.TypeAAAA {
 		m.Answer = g.glue(questionName(state.Req), q)
 	}

@@ -44,28 +44,28 @@ func schemeOf(mcsZones []string, zone string) scheme {
 	return schemeGlobal
 }
 
-// parse parses qname under zone in scheme s: a name of the scheme, or a zonal name of one. (A
-// name is some 130 bytes: made in place, n, not copied up through calls.)
-func (s scheme) parse(qname, zone string) (n name) {
+// parse parses qname under zone in scheme s into n: a name of the scheme, or a zonal name of one.
+// (A name is some 130 bytes: made in place, not returned on the caller's stack.)
+func (s scheme) parse(n *name, qname, zone string) {
 	if s == schemeGlobal { // parseBase, without a call more on the common path
-		n = parseName(qname, zone)
+		*n = parseName(qname, zone)
 	} else {
-		s.parseBase(&n, qname, zone)
+		s.parseBase(n, qname, zone)
 	}
 	// A zonal name has at least three labels more than the name it scopes: it parses as none, or
 	// as one with _zone where no name of ours has an underscore. Only then is it looked for.
 	if n.form != formNone && n.svc != zoneAnchor && n.ns != zoneAnchor && n.cluster != zoneAnchor && n.host != zoneAnchor {
-		return n
+		return
 	}
 	z, topoZone, base, zonal := cutZonal(qname, zone)
 	if !zonal {
-		return n
+		return
 	}
-	if s.parseBase(&n, base, zone); z == zonalNone || n.form != formService && n.form != formSRV && n.form != formProto {
-		return name{} // an unknown directive, or a name without records: NXDOMAIN, as CoreDNS
+	if s.parseBase(n, base, zone); z == zonalNone || n.form != formService && n.form != formSRV && n.form != formProto {
+		*n = name{} // an unknown directive, or a name without records: NXDOMAIN, as CoreDNS
+		return
 	}
 	n.zonal, n.zone = z, topoZone
-	return n
 }
 
 // parseBase parses qname under zone in scheme s, as a name of the scheme, into n.

@@ -61,14 +61,14 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Reque
 	if len(rs[0].IP()) == net.IPv4len {
 		recs, hdr := make([]dns.A, len(out)), mk.hdr(owner, dns.TypeA)
 		for o, r := range tierOrder(rs, off, len(out)) {
-			recs[o] = dns.A{Hdr: hdr, A: r.IP()}
+			recs[o].Hdr, recs[o].A = hdr, r.IP() // in place: a literal is built on the stack first
 			out[o] = &recs[o]
 		}
 		return out
 	}
 	recs, hdr := make([]dns.AAAA, len(out)), mk.hdr(owner, dns.TypeAAAA)
 	for o, r := range tierOrder(rs, off, len(out)) {
-		recs[o] = dns.AAAA{Hdr: hdr, AAAA: r.IP()}
+		recs[o].Hdr, recs[o].AAAA = hdr, r.IP()
 		out[o] = &recs[o]
 	}
 	return out
@@ -112,7 +112,7 @@ func (mk *recordMaker) answer(state *request.Request, m *dns.Msg, s *selection) 
 	qtype, owner, n := state.QType(), questionName(state.Req), &s.name
 	switch {
 	case s.ambiguous():
-		mk.answerAmbiguous(*state, m, s)
+		mk.answerAmbiguous(state, m, s)
 		return
 	case !s.exists:
 		m.Rcode = dns.RcodeNameError
@@ -127,10 +127,7 @@ func (mk *recordMaker) answer(state *request.Request, m *dns.Msg, s *selection) 
 	case qtype == dns.TypeAAAA:
 		m.Answer = mk.addrs(owner, counted(s.aaaa), state)
 	case qtype == dns.TypeSRV:
-		m.Answer, m.Extra = mk.srv(owner, s.scheme.serviceDomain(s.svc.Key, s.zone), s.srv, n, state.Size())
-		if len(m.Answer) > 0 { // targets come in tier order; Priority is the tier
-			telemetry.Answered(uint8(m.Answer[0].(*dns.SRV).Priority))
-		}
+		mk.answerSRV(m, owner, s, state.Size())
 	case qtype == dns.TypeANY:
 		// RFC 8482: a subset is a fine answer to ANY; the addresses are what a client wants.
 		if len(s.a) == 0 || len(s.aaaa) > 0 && s.aaaa[0].Tier < s.a[0].Tier {
@@ -146,6 +143,17 @@ func (mk *recordMaker) answer(state *request.Request, m *dns.Msg, s *selection) 
 	}
 	if s.policy.Nearest > 0 {
 		failedOver(s.svc, n)
+	}
+}
+
+// answerSRV renders the SRV answer of s into m. Never inlined: its arguments would deepen the
+// frame of answer, which every answer's stack holds (see ServeDNS).
+//
+//go:noinline
+func (mk *recordMaker) answerSRV(m *dns.Msg, owner string, s *selection, size int) {
+	m.Answer, m.Extra = mk.srv(owner, s.scheme.serviceDomain(s.svc.Key, s.zone), s.srv, &s.name, size)
+	if len(m.Answer) > 0 { // targets come in tier order; Priority is the tier
+		telemetry.Answered(uint8(m.Answer[0].(*dns.SRV).Priority))
 	}
 }
 
@@ -171,7 +179,7 @@ func failedOver(svc *index.Service, n *name) {
 // name whose services answer, or the nameserver's name below it, keeps the name an empty
 // non-terminal: NODATA. Either way with an Extended DNS Error naming the candidates, and never
 // passed on by fallthrough.
-func (mk *recordMaker) answerAmbiguous(state request.Request, m *dns.Msg, s *selection) {
+func (mk *recordMaker) answerAmbiguous(state *request.Request, m *dns.Msg, s *selection) {
 	if !s.exists {
 		m.Rcode = dns.RcodeNameError
 	}

@@ -152,27 +152,40 @@ func (s *selection) reshape(limit int) {
 			zone = n.zone
 		}
 	}
+	var v index.View // one, not one per call on the stack (see ServeDNS)
 	switch {
 	case s.client == nil && zone == "":
-		s.view = s.svc.Select(n.cluster, n.host, nil, limit)
+		v = s.svc.Select(n.cluster, n.host, nil, limit)
 	case n.host == "":
-		s.view = s.svc.Nearest(n.cluster, zone, 0, s.client, nil, limit)
+		v = s.svc.Nearest(n.cluster, zone, 0, s.client, nil, limit)
 	case s.client == nil:
-		s.view = s.svc.Select(n.cluster, n.host, s.inZone, limit)
+		v = s.svc.Select(n.cluster, n.host, s.inZone, limit)
 	default:
-		var keep func(*index.Record) bool
-		if s.zoned {
-			keep = s.inZone
-		}
-		all := s.svc.Select(n.cluster, n.host, keep, math.MaxInt)
-		topo := s.svc.Topology()
-		s.view = index.View{A: topo.Ranked(all.A, s.client, limit), AAAA: topo.Ranked(all.AAAA, s.client, limit)}
+		v = s.rankedHost(limit)
 	}
+	s.view = v
+}
+
+// rankedHost is the view of one pod's name ranked from the client, in the name's topology zone
+// when zoned. Never inlined, as zoneHolds.
+//
+//go:noinline
+func (s *selection) rankedHost(limit int) index.View {
+	var keep func(*index.Record) bool
+	if s.zoned {
+		keep = s.inZone
+	}
+	all := s.svc.Select(s.name.cluster, s.name.host, keep, math.MaxInt)
+	topo := s.svc.Topology()
+	return index.View{A: topo.Ranked(all.A, s.client, limit), AAAA: topo.Ranked(all.AAAA, s.client, limit)}
 }
 
 // zoneHolds reports whether the name's topology zone holds a record the name answers. Apart, so
 // that the copy of the name its filter keeps is made for zonal names only, not for every answer
-// ranked from the client.
+// ranked from the client; never inlined, so that its frame is not reserved for every answer ranked
+// from the client either (see ServeDNS).
+//
+//go:noinline
 func (s *selection) zoneHolds() bool {
 	n := s.name
 	if n.host != "" {

@@ -21,13 +21,14 @@ type selector struct {
 // scheme returns the naming scheme of zone.
 func (c *selector) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
 
-// selectName computes into s, a zero selection, what name n, parsed under zone, selects from snap
-// for a question req of qtype (nil and dns.TypeTXT in class CH, an explanation: every answer's
-// records, unbounded) asked by q: everything an answer or an explanation of it says. (Into s, not
-// returned: a selection is some 300 bytes, made once on the caller's stack.)
-func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n *name, qtype uint16, q querier, req *request.Request) {
-	s.name, s.zone, s.scheme, s.snap, s.querier = *n, zone, c.scheme(zone), snap, q
-	if n.svc != "" {
+// selectName computes into s, a zero selection but for its parsed name, what that name, parsed
+// under zone, selects from snap for a question req of qtype (nil and dns.TypeTXT in class CH, an
+// explanation: every answer's records, unbounded) asked by q: everything an answer or an
+// explanation of it says. (Into s, not returned: a selection is some 400 bytes, made once on the
+// caller's stack.)
+func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, qtype uint16, q querier, req *request.Request) {
+	s.zone, s.scheme, s.snap, s.querier = zone, c.scheme(zone), snap, q
+	if s.name.svc != "" {
 		s.svc, s.candidates = c.service(snap, zone, &s.name)
 	}
 	c.choose(s, qtype, viewLimit(s.svc, req))
@@ -38,15 +39,17 @@ func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, n
 func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	n := &s.name
 	reshape := false
+	var v index.View // one, not one per call on the stack (see ServeDNS)
 	switch {
 	case s.svc == nil:
 	case s.client != nil && n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto:
 		// Ranked whole from the client: the ranked view is empty where the cluster's is.
-		s.view = s.svc.Nearest(n.cluster, "", 0, s.client, nil, limit)
+		v = s.svc.Nearest(n.cluster, "", 0, s.client, nil, limit)
 	default:
-		s.view = s.svc.Select(n.cluster, n.host, portFilter(s, limit), limit)
+		v = s.svc.Select(n.cluster, n.host, portFilter(s, limit), limit)
 		reshape = n.zonal != zonalNone || s.client != nil
 	}
+	s.view = v
 	// What the name is, and whether it exists, by the cluster's view: a zonal name exists where
 	// its service's name does.
 	s.kind, s.exists = nameIs(s.snap, n, s.svc, s.view)
