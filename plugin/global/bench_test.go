@@ -105,7 +105,7 @@ func spreadGlobal(b *testing.B, n int) *Global {
 // benchLocator is the locator the plugin runs with (watch.Clients), over a fake API of fakeLocator's
 // Nodes (fakeNodes: their names, addresses and labels) and the default forwarder Service with
 // fakeForwarder's address: a ranked query's lookups cost what they cost in a server.
-func benchLocator(b *testing.B) *watch.Clients {
+func benchLocator(b testing.TB) *watch.Clients {
 	fwd := strings.Split(contract.DefaultForwarders()[0], "/")
 	objs := []k8sruntime.Object{&discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: fwd[0], Name: fwd[1] + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: fwd[1]}},
