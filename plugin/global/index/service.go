@@ -123,8 +123,9 @@ func (s *Service) Select(cluster, host string, keep func(*Record) bool, limit in
 	return s.selectParts(cluster, host, keep, limit)
 }
 
-// selectParts is Select of a big service, or with keep or host. Never inlined: its frame would
-// deepen every answer's stack (see Service.places).
+// selectParts is Select past its fast paths (above, without keep): a big service's cluster or
+// all its records, or those keep admits. Never inlined: its frame would deepen every answer's
+// stack (see Service.places).
 //
 //go:noinline
 func (s *Service) selectParts(cluster, host string, keep func(*Record) bool, limit int) View {
