@@ -60,7 +60,7 @@ func (c *Clients) Run(ctx context.Context, synced chan<- struct{}) {
 }
 
 // Node implements the handler's locator: the client at a Node's address.
-func (c *Clients) Node(a netip.Addr) *index.Client { return c.nodes.Load().byAddr[a] }
+func (c *Clients) Node(a netip.Addr) *index.Client { return c.nodes.Load().node(a) }
 
 // Pod implements the handler's locator: the client at a Pod's IP (a single address), else at an
 // address in a Node's pod CIDRs, whose length the answer holds for unless a Pod of another Node

@@ -91,9 +91,9 @@ func TestNodeTableConflicts(t *testing.T) {
 	nodes := []*corev1.Node{
 		testNode("n1", []string{"192.168.0.1", "192.168.0.9"}, "10.244.0.0/16"),
 		testNode("n2", []string{"192.168.0.2", "192.168.0.9"}, "10.244.5.0/24"),
-		testNode("n3", []string{"192.168.0.3"}, "10.245.0.0/24", "fd00:3::/64"),
-		testNode("n4", []string{"192.168.0.4"}, "10.245.0.0/24"),
-		testNode("n5", []string{"192.168.0.5"}, "10.246.0.0/24"),
+		testNode("n3", []string{"192.168.0.3", "fd00::3"}, "10.245.0.0/24", "fd00:3::/64"),
+		testNode("n4", []string{"192.168.0.4", "fd00::9"}, "10.245.0.0/24"),
+		testNode("n5", []string{"192.168.0.5", "fd00::9"}, "10.246.0.0/24"),
 	}
 	for round := range 12 {
 		rotated := append(slices.Clone(nodes[round%len(nodes):]), nodes[:round%len(nodes)]...)
@@ -101,7 +101,7 @@ func TestNodeTableConflicts(t *testing.T) {
 			slices.Reverse(rotated)
 		}
 		c := clientsOf(rotated, false)
-		for addr, want := range map[string]string{"192.168.0.9": "", "192.168.0.1": "n1", "192.168.0.2": "n2", "192.168.0.3": "n3"} {
+		for addr, want := range map[string]string{"192.168.0.9": "", "192.168.0.1": "n1", "192.168.0.2": "n2", "192.168.0.3": "n3", "fd00::3": "n3", "fd00::9": ""} {
 			if got := c.Node(netip.MustParseAddr(addr)); got != nil && got.Node != want || got == nil && want != "" {
 				t.Errorf("round %d: Node(%s) = %v, want %q", round, addr, got, want)
 			}
@@ -111,7 +111,7 @@ func TestNodeTableConflicts(t *testing.T) {
 				t.Errorf("round %d: Pod(%s) at %q, want %q", round, p, got, want)
 			}
 		}
-		if conflicts := c.nodes.Load().conflicts; len(conflicts) != 5 {
+		if conflicts := c.nodes.Load().conflicts; len(conflicts) != 6 {
 			t.Errorf("round %d: conflicts %q", round, conflicts)
 		}
 	}
