@@ -249,12 +249,12 @@ func (rs *records) next(mk *recordMaker, owner string, e *index.Endpoint) dns.RR
 	if len(ip) == net.IPv4len {
 		r := &rs.a[0]
 		rs.a = rs.a[1:]
-		*r = dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: ip}
+		r.Hdr, r.A = mk.hdr(owner, dns.TypeA), ip // in place, as addrs
 		return r
 	}
 	r := &rs.aaaa[0]
 	rs.aaaa = rs.aaaa[1:]
-	*r = dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: ip}
+	r.Hdr, r.AAAA = mk.hdr(owner, dns.TypeAAAA), ip
 	return r
 }
 
@@ -284,7 +284,7 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 	glue := records{a: make([]dns.A, size.v4), aaaa: make([]dns.AAAA, size.v6)}
 	weight := uint16(0)
 	for i := range targets {
-		t := &targets[i] // not copied: a target is some 130 bytes
+		t := &targets[i] // not copied: a target is 64 bytes
 		if i == 0 || t.Tier != targets[i-1].Tier {
 			weight = tierWeight(targets[i:], size.lastTier)
 		}
@@ -298,8 +298,8 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 		}
 		for _, p := range t.Ports {
 			if n.matchesPort(p) {
-				srv := &srvRecords[len(answer)]
-				*srv = dns.SRV{Hdr: mk.hdr(owner, dns.TypeSRV), Priority: uint16(t.Tier), Weight: weight, Port: uint16(p.Port), Target: target}
+				srv := &srvRecords[len(answer)] // filled in place, as addrs
+				srv.Hdr, srv.Priority, srv.Weight, srv.Port, srv.Target = mk.hdr(owner, dns.TypeSRV), uint16(t.Tier), weight, uint16(p.Port), target
 				answer = append(answer, srv)
 			}
 		}
@@ -311,7 +311,7 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 // length of its name, <host>.<cluster>.<domain>.
 type srvTarget struct {
 	index.Target
-	srvs, nameLen int
+	srvs, nameLen int32 // 64 bytes in all, 8 of them on srv's stack
 }
 
 // srvSize is what an SRV answer holds: SRV records, glue of each family, and the bytes of its
@@ -345,7 +345,7 @@ func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string,
 				size.lastTier = 0
 			}
 			l := len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
-			targets = append(targets, srvTarget{t, ports, l})
+			targets = append(targets, srvTarget{t, int32(ports), int32(l)})
 			size.srvs, size.v4, size.v6, size.names = size.srvs+ports, size.v4+len(t.A), size.v6+len(t.AAAA), size.names+l
 			size.lastTier += ports
 			least += ports*(minSRVRR+len(t.Host)+len(t.Cluster)+4) + len(t.A)*minAddrRR + len(t.AAAA)*(minAddrRR+12)
@@ -388,7 +388,7 @@ func tierWeight(targets []srvTarget, last int) uint16 {
 		if targets[i].Tier != targets[0].Tier {
 			break
 		}
-		inTier += targets[i].srvs
+		inTier += int(targets[i].srvs)
 	}
 	if targets[len(targets)-1].Tier == targets[0].Tier {
 		inTier = last

@@ -249,11 +249,11 @@ func (r *Record) Family() Family {
 }
 
 // Target is one ready endpoint, (cluster, host), with its addresses: what an SRV record points at.
+// Its tier, cluster, host and ports are those of its first record (the first A, else the first
+// AAAA), shared rather than copied: an SRV answer walks targets on every query, and a target of
+// 56 bytes copies in half the time of one that holds them (112).
 type Target struct {
-	Tier    uint8
-	Cluster string
-	Host    string
-	Ports   []Port
+	*Record
 	A, AAAA []Record
 }
 
@@ -300,8 +300,7 @@ func target(rs []Record) (Target, []Record) {
 	for j < len(rs) && rs[j].Cluster == rs[0].Cluster && rs[j].Host == rs[0].Host {
 		j++
 	}
-	r := &rs[0]
-	return Target{Tier: r.Tier, Cluster: r.Cluster, Host: r.Host, Ports: r.Ports, A: rs[:j:j]}, rs[j:]
+	return Target{Record: &rs[0], A: rs[:j:j]}, rs[j:]
 }
 
 // compareHeads orders the endpoints at the heads of a and b; an empty list comes last.
