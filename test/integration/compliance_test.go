@@ -38,6 +38,8 @@ func TestProtocolCompliance(t *testing.T) {
 	fooNS := "foo." + ns + ".global."
 	all := []string{"A 10.244.1.10", "A 10.244.2.11", "A " + west.ClusterIPs["foo-0"], "A " + west.ClusterIPs["foo-1"]}
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, all...)
+	// The long name's slice is kube-controller-manager's to write, after its Pod: waited for too.
+	eventuallyExpect(t, c, long+"."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.9.1")
 	eventually(t, "s255 complete", func() error {
 		if r := ask(t, c, "tcp", "s255."+ns+".global.", dns.TypeA); len(r.Answer) != 255 {
 			return fmt.Errorf("%d records", len(r.Answer))
