@@ -153,7 +153,7 @@ func (rb *recordBuilder) add(rs []Record, sl *Slice, ordinal uint32, only []bool
 		ep := &sl.Endpoints[e]
 		r := Record{Endpoint: ep, Origin: rb.origin, Tier: rb.tier, Gateway: rb.pods.of(ep.Addr()), slice: ordinal}
 		if up := r.Gateway == GatewayUp; r.Gateway != GatewayUnknown && (ep.Ready != up || ep.Serving != up) {
-			gated := *ep
+			gated := ep.clone()
 			gated.Ready, gated.Serving = up, up
 			r.Endpoint = &gated
 		}

@@ -52,7 +52,7 @@ func sameEndpoint(a, b *Endpoint) bool {
 	if a.Local != b.Local && (a.Local == nil || b.Local == nil || *a.Local != *b.Local) {
 		return false
 	}
-	x, y := *a, *b
+	x, y := a.clone(), b.clone()
 	x.Local, y.Local = nil, nil
 	return x == y
 }

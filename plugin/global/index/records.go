@@ -284,7 +284,7 @@ func (b *partsBuilder) flush(all bool) {
 		}
 		recs, eps := make([]Record, n), make([]Endpoint, n)
 		for i := range recs {
-			recs[i], eps[i] = rest[i], *rest[i].Endpoint
+			recs[i], eps[i] = rest[i], rest[i].clone()
 			recs[i].Endpoint = &eps[i]
 		}
 		b.emit(recs)

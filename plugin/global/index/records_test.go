@@ -3,9 +3,37 @@ package index
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 )
+
+// TestEndpointClone: a copy of an endpoint is the endpoint, every field of it, but what a reader
+// rendered of it (copying that would race with SetRendered); and two endpoints that differ only
+// there are the same endpoint (sameEndpoint).
+func TestEndpointClone(t *testing.T) {
+	e := Endpoint{Host: "foo-0", Local: &Placement{Zone: "z1"}, Ready: true, Serving: true, Terminating: true}
+	e.SetAddr(netip.MustParseAddr("10.0.0.1"))
+	e.SetRendered(&Rendered{V: "record"})
+	v := reflect.ValueOf(e)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Fatalf("the fixture leaves %s unset: set every field, so that clone is seen to copy it", v.Type().Field(i).Name)
+		}
+	}
+	c := e.clone()
+	if c.Rendered() != nil {
+		t.Errorf("the copy has %v rendered", c.Rendered())
+	}
+	if !sameEndpoint(&e, &c) {
+		t.Errorf("the copy %+v is not the endpoint %+v", c, e)
+	}
+	c.rendered = e.rendered
+	if c != e {
+		t.Errorf("the copy %+v differs from %+v", c, e)
+	}
+}
 
 // TestPartsEdit edits parts at random (records leaving and joining, in runs and alone, hosts with
 // several addresses) and checks each result against the same edit of a plain sorted list, and

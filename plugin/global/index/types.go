@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Key names one global service: the original service name and its namespace.
@@ -99,13 +100,14 @@ type Settings struct {
 }
 
 // Endpoint is one endpoint of a Slice. Conditions follow EndpointSlice semantics with nil resolved.
-// 48 bytes, as there is one per record: the address is kept as its 16 bytes (a netip.Addr takes
-// 24, which made 56).
+// 56 bytes, as there is one per record: the address is kept as its 16 bytes (a netip.Addr takes
+// 24, which made 64).
 type Endpoint struct {
-	Host        string     // a DNS label; the dashed address when the slice has none
-	Local       *Placement // where a local pod runs; nil for mirrored endpoints
-	addr        [16]byte   // the first address, the one Kubernetes' own consumers use
-	is4         bool       // addr holds an IPv4 address in its first 4 bytes
+	Host        string         // a DNS label; the dashed address when the slice has none
+	Local       *Placement     // where a local pod runs; nil for mirrored endpoints
+	rendered    unsafe.Pointer // a *Rendered (SetRendered)
+	addr        [16]byte       // the first address, the one Kubernetes' own consumers use
+	is4         bool           // addr holds an IPv4 address in its first 4 bytes
 	Ready       bool
 	Serving     bool
 	Terminating bool
@@ -127,6 +129,29 @@ func (e *Endpoint) IP() net.IP {
 		return e.addr[:4:4]
 	}
 	return e.addr[:]
+}
+
+// Rendered is what a reader of the index made of an endpoint and keeps with it to use again:
+// package global keeps the address record its answers last made of it, which the next answers of
+// the same name share instead of making their own. An endpoint does not change once made, so
+// neither does what is made of it.
+type Rendered struct{ V any }
+
+// Rendered returns the value last kept with e (nil: none). Answers run at once: read atomically.
+func (e *Endpoint) Rendered() any {
+	if r := (*Rendered)(atomic.LoadPointer(&e.rendered)); r != nil {
+		return r.V
+	}
+	return nil
+}
+
+// SetRendered keeps r with e, in place of what was.
+func (e *Endpoint) SetRendered(r *Rendered) { atomic.StorePointer(&e.rendered, unsafe.Pointer(r)) }
+
+// clone returns a copy of e with nothing rendered: copying that field would race with SetRendered.
+func (e *Endpoint) clone() Endpoint {
+	return Endpoint{Host: e.Host, Local: e.Local, addr: e.addr, is4: e.is4,
+		Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating}
 }
 
 // SetAddr sets the endpoint's address: IPv4, or IPv6 without a zone.
