@@ -59,14 +59,15 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Reque
 		off = int(rand.Uint32() >> 1) // the runtime's per-thread generator: no lock, no allocation
 	}
 	v4 := len(rs[0].IP()) == net.IPv4len
+	var known *ownerName // owner, as the records found or made here have it (nil: none yet)
 	for i, o := 0, 0; o < len(out) && i < len(rs); {
 		j := tierEnd(rs, i)
 		k := i + off%(j-i) // the tier, rs[i:j], from rs[k] on and around
 		for range j - i {
-			if kr, ok := rs[k].Rendered().(*shared); ok && kr.owner == owner && kr.ttl == mk.ttl {
+			if kr, ok := rs[k].Rendered().(*shared); ok && kr.owner == known && kr.ttl == mk.ttl {
 				out[o] = kr.rr
 			} else {
-				out[o] = mk.addrOf(owner, &rs[k], v4, share)
+				out[o], known = mk.addrOf(owner, known, &rs[k], v4, share)
 			}
 			if o++; o == len(out) {
 				break
@@ -87,14 +88,20 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Reque
 // to 770). Sharing records is what CoreDNS's file plugin does with its zone's: the plugins that
 // change a reply (cache, rewrite) copy it first. Per-pod names keep nothing: each has its own
 // owner, which would put out the record of the service's name.
+//
+// The records an answer makes share one ownerName, so that the next answer compares the names of
+// the records it finds by address, and the bytes of each name only once.
 
 // shared is an address record kept with its endpoint (the V of its index.Rendered), and what it
 // was made for.
 type shared struct {
-	owner string
+	owner *ownerName
 	ttl   uint32
 	rr    dns.RR // of sharedA or sharedAAAA
 }
+
+// ownerName is the owner name of shared records, one per answer that made them.
+type ownerName struct{ name string }
 
 // sharedA and sharedAAAA are a shared record and what holds it, made in one allocation.
 type sharedA struct {
@@ -109,24 +116,31 @@ type sharedAAAA struct {
 	aaaa dns.AAAA
 }
 
-// addrOf makes the address record of r (of IPv4 with v4) with owner's name, and keeps it with its
-// endpoint with share.
-func (mk *recordMaker) addrOf(owner string, r *index.Record, v4, share bool) dns.RR {
+// addrOf returns the address record of r (of IPv4 with v4) with owner's name, known (nil: not yet)
+// as the answer has it, and owner as it has it from here: the record kept with r's endpoint when
+// that has the name, else a new one, kept with the endpoint with share.
+func (mk *recordMaker) addrOf(owner string, known *ownerName, r *index.Record, v4, share bool) (dns.RR, *ownerName) {
+	if kr, ok := r.Rendered().(*shared); ok && kr.ttl == mk.ttl && kr.owner.name == owner {
+		return kr.rr, kr.owner
+	}
 	switch {
 	case !share && v4:
-		return &dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: r.IP()}
+		return &dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: r.IP()}, known
 	case !share:
-		return &dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: r.IP()}
-	case v4:
+		return &dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: r.IP()}, known
+	case known == nil:
+		known = &ownerName{owner}
+	}
+	if v4 {
 		k := &sharedA{a: dns.A{Hdr: mk.hdr(owner, dns.TypeA), A: r.IP()}}
-		k.shared, k.V = shared{owner, mk.ttl, &k.a}, &k.shared
+		k.shared, k.V = shared{known, mk.ttl, &k.a}, &k.shared
 		r.SetRendered(&k.Rendered)
-		return &k.a
+		return &k.a, known
 	}
 	k := &sharedAAAA{aaaa: dns.AAAA{Hdr: mk.hdr(owner, dns.TypeAAAA), AAAA: r.IP()}}
-	k.shared, k.V = shared{owner, mk.ttl, &k.aaaa}, &k.shared
+	k.shared, k.V = shared{known, mk.ttl, &k.aaaa}, &k.shared
 	r.SetRendered(&k.Rendered)
-	return &k.aaaa
+	return &k.aaaa, known
 }
 
 // tierEnd returns the end of the tier of rs[i] (rs in tier order): one read when the tier is that
