@@ -105,7 +105,7 @@ type Settings struct {
 type Endpoint struct {
 	Host        string         // a DNS label; the dashed address when the slice has none
 	Local       *Placement     // where a local pod runs; nil for mirrored endpoints
-	rendered    unsafe.Pointer // a *Rendered (SetRendered)
+	rendered    unsafe.Pointer // a *Rendered (SetRendered); atomic.Pointer is not to be copied, endpoints are
 	addr        [16]byte       // the first address, the one Kubernetes' own consumers use
 	is4         bool           // addr holds an IPv4 address in its first 4 bytes
 	Ready       bool
