@@ -38,21 +38,24 @@ func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, q
 // family: the view, the policy and the records kept, and what the name is and whether it exists.
 func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	n := &s.name
-	reshape := false
+	reshape, answers := false, false
 	var v index.View // one, not one per call on the stack (see ServeDNS)
 	switch {
 	case s.svc == nil:
 	case s.client != nil && n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto:
 		// Ranked whole from the client: the ranked view is empty where the cluster's is.
 		v = s.svc.Nearest(n.cluster, "", 0, s.client, nil, limit)
+	case n.zonal != zonalNone && n.form == formService && n.host == "":
+		// A zonal name exists where its service's name does: whether that has records, read
+		// without the view of them, which reshape replaces.
+		reshape, answers = true, s.svc.Answers(n.cluster)
 	default:
 		v = s.svc.Select(n.cluster, n.host, portFilter(s, limit), limit)
 		reshape = n.zonal != zonalNone || s.client != nil
 	}
 	s.view = v
-	// What the name is, and whether it exists, by the cluster's view: a zonal name exists where
-	// its service's name does.
-	s.kind, s.exists = nameIs(s.snap, n, s.svc, s.view)
+	// What the name is, and whether it exists, by the cluster's view.
+	s.kind, s.exists = nameIs(s.snap, n, s.svc, s.view, answers || !v.Empty())
 	if reshape {
 		s.reshape(limit)
 	}
@@ -217,14 +220,15 @@ func below(rs []index.Record, tier uint8) []index.Record {
 	return rs[:i:i]
 }
 
-// nameIs says what name n is, whose global service is svc (nil: none) and view view, and whether
-// it exists: each form of name is dispatched here, once. As in RFC 8020, nothing exists below a
+// nameIs says what name n is, whose global service is svc (nil: none) and view view (answers:
+// the name's scope has ready records, in view unless n is a zonal name), and whether it exists:
+// each form of name is dispatched here, once. As in RFC 8020, nothing exists below a
 // name that does not: a name exists when it answers, or when it is an empty non-terminal above one
 // that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints; so
 // does this plugin, and so for everything below it. A one-label name may be a namespace with a
 // global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
 // when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
-func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View) (nameKind, bool) {
+func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View, answers bool) (nameKind, bool) {
 	short := n.form == formService && n.short
 	switch {
 	case n.form == formNone:
@@ -243,7 +247,7 @@ func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View) 
 		return kindNamespaceOfServices, true
 	case svc == nil:
 		return kindNoService, false
-	case view.Empty():
+	case !answers:
 		return kindService, short && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
 	case n.form == formProto, n.form == formSRV:
 		return kindService, anyMatches(view.A, n) || anyMatches(view.AAAA, n)

@@ -84,6 +84,13 @@ func TestNearestIsRanked(t *testing.T) {
 		ix.Start()
 		ix.Publish()
 		svc := ix.Snapshot().Service(foo)
+		// Answers says what Select's view says of each scope, whatever the service's size: a
+		// cluster without ready records, or none at all, has none.
+		for _, cluster := range []string{"", "east", "west", "north", "south", "nowhere"} {
+			if got, want := svc.Answers(cluster), !svc.Select(cluster, "", nil, math.MaxInt).Empty(); got != want {
+				t.Fatalf("seed %d round %d: Answers(%q) = %v, its view says %v", seed, round, cluster, got, want)
+			}
+		}
 		for range 40 {
 			var c *index.Client
 			if rng.IntN(4) > 0 {

@@ -98,6 +98,20 @@ func (s *Service) clusterIndex(name string) int {
 	return -1
 }
 
+// Answers reports whether cluster ("": every member) has ready records: whether Select's view of
+// it, without keep, is not empty. Read without making the view, which a zonal name's existence
+// needs and its answer does not. Never inlined: its frame would deepen every answer's stack (see
+// Service.places).
+//
+//go:noinline
+func (s *Service) Answers(cluster string) bool {
+	if cluster == "" {
+		return s.ready > 0
+	}
+	c := s.cluster(cluster)
+	return c != nil && (c.a[0] < c.a[1] || c.aaaa[0] < c.aaaa[1])
+}
+
 // Select returns the ready records of one scope of s (cluster "": every member's; host "": the
 // cluster's, else one endpoint's), those keep admits (nil: all), no more than limit of each
 // family: what an answer is made of, read without copying the rest of a big service. The records
