@@ -63,18 +63,17 @@ func (mk *recordMaker) addrs(owner string, rs []index.Record, req *request.Reque
 	for i, o := 0, 0; o < len(out) && i < len(rs); {
 		j := tierEnd(rs, i)
 		k := i + off%(j-i) // the tier, rs[i:j], from rs[k] on and around
-		for range j - i {
-			if kr, ok := rs[k].Rendered().(*shared); ok && kr.owner == known && kr.ttl == mk.ttl {
-				out[o] = kr.rr
-			} else {
-				out[o], known = mk.addrOf(owner, known, &rs[k], v4, share)
+		// In runs: from rs[k] to the tier's end, then from its start, as many as out holds.
+		for n := min(j-i, len(out)-o); n > 0; k = i {
+			run := rs[k:min(j, k+n)]
+			for x := range run {
+				if kr, ok := run[x].Rendered().(*shared); ok && kr.owner == known && kr.ttl == mk.ttl {
+					out[o+x] = kr.rr
+				} else {
+					out[o+x], known = mk.addrOf(owner, known, &run[x], v4, share)
+				}
 			}
-			if o++; o == len(out) {
-				break
-			}
-			if k++; k == j {
-				k = i
-			}
+			o, n = o+len(run), n-len(run)
 		}
 		i = j
 	}
