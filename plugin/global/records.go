@@ -143,11 +143,15 @@ func (mk *recordMaker) addrOf(owner string, known *ownerName, r *index.Record, v
 }
 
 // tierEnd returns the end of the tier of rs[i] (rs in tier order): one read when the tier is that
-// record alone, as a client's nearest tiers often are, else a bisection of the rest.
+// record alone, as a client's nearest tiers often are, or the rest, as a zonal name's records
+// often are; else a bisection of the rest.
 func tierEnd(rs []index.Record, i int) int {
 	tier, next := rs[i].Tier, i+1
-	if next == len(rs) || rs[next].Tier != tier {
+	switch {
+	case next == len(rs) || rs[next].Tier != tier:
 		return next
+	case rs[len(rs)-1].Tier == tier:
+		return len(rs)
 	}
 	return next + sort.Search(len(rs)-next, func(k int) bool { return rs[next+k].Tier != tier })
 }

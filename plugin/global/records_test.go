@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/index"
+
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
@@ -88,4 +90,34 @@ func TestSharedRecords(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
+
+// TestTierEnd: over every run of tiers of up to 6 records (each record's tier at most one more
+// than the last's), tierEnd finds the end of each record's tier as a scan of the records does.
+func TestTierEnd(t *testing.T) {
+	for n := 1; n <= 6; n++ {
+		for steps := range 1 << (n - 1) { // bit k: record k+1 is of a farther tier than record k
+			rs := make([]index.Record, n)
+			for k := 1; k < n; k++ {
+				rs[k].Tier = rs[k-1].Tier + uint8(steps>>(k-1)&1)
+			}
+			for i := range rs {
+				want := i
+				for want < n && rs[want].Tier == rs[i].Tier {
+					want++
+				}
+				if got := tierEnd(rs, i); got != want {
+					t.Fatalf("tiers %v: tierEnd(%d) = %d, want %d", tiersOf(rs), i, got, want)
+				}
+			}
+		}
+	}
+}
+
+func tiersOf(rs []index.Record) []uint8 {
+	out := make([]uint8, len(rs))
+	for i := range rs {
+		out[i] = rs[i].Tier
+	}
+	return out
 }
