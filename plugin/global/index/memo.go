@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 )
 
 // A service version's answers to Nearest questions without a filter are remembered, by who asks
@@ -34,6 +35,28 @@ type memoKey struct {
 type memoEntry struct {
 	key  memoKey
 	view View
+	kept Kept
+}
+
+// Kept is what readers of a remembered answer keep with it, by family, as with an endpoint
+// (Endpoint.Rendered): package global keeps the records its last answer made of the view's, which
+// the next answers of the same name copy. It is the answer's, and goes with it.
+type Kept struct {
+	rendered [2]unsafe.Pointer // *Rendered: of the IPv4 records, of the IPv6 ones
+}
+
+// Rendered returns what was last kept of the records of family f (nil: none). Answers run at
+// once: read atomically.
+func (k *Kept) Rendered(f Family) any {
+	if r := (*Rendered)(atomic.LoadPointer(&k.rendered[f/IPv6])); r != nil {
+		return r.V
+	}
+	return nil
+}
+
+// SetRendered keeps r of the records of family f, in place of what was.
+func (k *Kept) SetRendered(f Family, r *Rendered) {
+	atomic.StorePointer(&k.rendered[f/IPv6], unsafe.Pointer(r))
 }
 
 var memoSeed = maphash.MakeSeed()

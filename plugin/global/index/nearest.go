@@ -103,15 +103,26 @@ func (c *clusterRun) span(f int) [2]int32 {
 // farther tier holds local records. Without keep, the answer is remembered (memo.go): the view
 // returned is shared, and must not be changed.
 func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep func(*Record) bool, limit int) View {
+	if keep != nil {
+		var tiers *clientTiers
+		if c != nil {
+			tiers = c.tiersFrom(s.topo)
+		}
+		k := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}
+		return s.walked(s.places(), &k, c, tiers, keep)
+	}
+	return s.NearestKept(nil, cluster, zone, family, c, limit)
+}
+
+// NearestKept is Nearest without keep, the answer remembered, and sets *kept (when kept is not
+// nil) to what readers keep with it.
+func (s *Service) NearestKept(kept **Kept, cluster, zone string, family Family, c *Client, limit int) View {
 	p := s.places()
 	var tiers *clientTiers
 	if c != nil {
 		tiers = c.tiersFrom(s.topo)
 	}
 	k, h := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}, uint64(0)
-	if keep != nil {
-		return s.walked(p, &k, c, tiers, keep)
-	}
 	if c != nil {
 		k.class, h = tiers.class, tiers.classHash
 		if _, ok := p.hosts[tiers.nodeHash]; ok {
@@ -119,19 +130,23 @@ func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep f
 		}
 	}
 	slot := p.memo.slot(&k, h)
-	if e := slot.Load(); e != nil && e.key == k {
-		return e.view
+	e := slot.Load()
+	if e == nil || e.key != k {
+		e = s.remember(slot, &k, p, c, tiers)
 	}
-	return s.remember(slot, &k, p, c, tiers)
+	if kept != nil {
+		*kept = &e.kept
+	}
+	return e.view
 }
 
 // remember walks the answer of k, and keeps it in slot. Never inlined, for walked's reason.
 //
 //go:noinline
-func (s *Service) remember(slot *atomic.Pointer[memoEntry], k *memoKey, p *placements, c *Client, tiers *clientTiers) View {
-	v := s.walked(p, k, c, tiers, nil)
-	slot.Store(&memoEntry{*k, v})
-	return v
+func (s *Service) remember(slot *atomic.Pointer[memoEntry], k *memoKey, p *placements, c *Client, tiers *clientTiers) *memoEntry {
+	e := &memoEntry{key: *k, view: s.walked(p, k, c, tiers, nil)}
+	slot.Store(e)
+	return e
 }
 
 // walked walks the answer of the Nearest question k (its node and class unread). Never inlined:

@@ -115,6 +115,17 @@ func TestNearestIsRanked(t *testing.T) {
 			// without records, one of its class may be shared: each must still be right.
 			for _, asker := range []*index.Client{c, c, twin(c, "n9")} {
 				got, want := svc.Nearest(cluster, zone, family, asker, keep, limit), nearestOracle(svc, cluster, zone, asker, keep, limit)
+				if keep == nil { // the remembered answer, and what readers keep with it: the same until replaced
+					var k1, k2 *index.Kept
+					v := svc.NearestKept(&k1, cluster, zone, family, asker, limit)
+					k1.SetRendered(index.IPv6, &index.Rendered{V: round})
+					svc.NearestKept(&k2, cluster, zone, family, asker, limit)
+					if k1 != k2 || k2.Rendered(index.IPv6) != round || k2.Rendered(index.IPv4) != nil ||
+						!slices.Equal(describe(v.A), describe(got.A)) || !slices.Equal(describe(v.AAAA), describe(got.AAAA)) {
+						t.Fatalf("seed %d round %d: NearestKept is not Nearest's remembered answer", seed, round)
+					}
+					k1.SetRendered(index.IPv6, nil)
+				}
 				switch family {
 				case index.IPv4:
 					want.AAAA = nil
