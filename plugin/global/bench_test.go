@@ -78,7 +78,7 @@ func BenchmarkServeDNS(b *testing.B) {
 // spreadGlobal is the plugin answering db/spread, a service of n local endpoints spread over nodes
 // n1 to n6, two in each of zones za, zb and zc, and a linked cluster west (za), with client_locality
 // node (n1 at 10.1.0.1, in za).
-func spreadGlobal(b *testing.B, n int) *Global {
+func spreadGlobal(b testing.TB, n int) *Global {
 	spread := index.Key{Namespace: "db", Name: "spread"}
 	src := indextest.New()
 	var sls []*index.Slice

@@ -30,6 +30,7 @@ type selection struct {
 	// in answer order.
 	view  index.View
 	zoned bool
+	kept  *index.Kept // what answers keep with view, when the index remembers it (Service.NearestKept)
 
 	policy index.Policy
 	from   policySource
@@ -157,7 +158,7 @@ func (s *selection) reshape(limit int) {
 	case s.client == nil && zone == "":
 		v = s.svc.Select(n.cluster, n.host, nil, limit)
 	case n.host == "":
-		v = s.svc.Nearest(n.cluster, zone, 0, s.client, nil, limit)
+		v = s.svc.NearestKept(&s.kept, n.cluster, zone, 0, s.client, limit)
 	case s.client == nil:
 		v = s.svc.Select(n.cluster, n.host, s.inZone, limit)
 	default:

@@ -44,7 +44,7 @@ func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	case s.svc == nil:
 	case s.client != nil && n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto:
 		// Ranked whole from the client: the ranked view is empty where the cluster's is.
-		v = s.svc.Nearest(n.cluster, "", 0, s.client, nil, limit)
+		v = s.svc.NearestKept(&s.kept, n.cluster, "", 0, s.client, limit)
 	case n.zonal != zonalNone && n.form == formService && n.host == "":
 		// A zonal name exists where its service's name does: whether that has records, read
 		// without the view of them, which reshape replaces.
