@@ -17,7 +17,7 @@ import (
 var layers = [][]string{
 	{"setup.go"}, {"config.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
 	{"selector.go"},
-	{"explain.go"}, {"records.go"},
+	{"explain.go"}, {"records.go", "answerlists.go"},
 	{"selection.go"},
 	{"names.go"},
 }
