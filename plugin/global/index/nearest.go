@@ -104,12 +104,8 @@ func (c *clusterRun) span(f int) [2]int32 {
 // returned is shared, and must not be changed.
 func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep func(*Record) bool, limit int) View {
 	if keep != nil {
-		var tiers *clientTiers
-		if c != nil {
-			tiers = c.tiersFrom(s.topo)
-		}
 		k := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}
-		return s.walked(s.places(), &k, c, tiers, keep)
+		return s.walked(s.places(), &k, c, s.tiersOf(c), keep)
 	}
 	return s.NearestKept(nil, cluster, zone, family, c, limit)
 }
@@ -117,11 +113,7 @@ func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep f
 // NearestKept is Nearest without keep, the answer remembered, and sets *kept (when kept is not
 // nil) to what readers keep with it.
 func (s *Service) NearestKept(kept **Kept, cluster, zone string, family Family, c *Client, limit int) View {
-	p := s.places()
-	var tiers *clientTiers
-	if c != nil {
-		tiers = c.tiersFrom(s.topo)
-	}
+	p, tiers := s.places(), s.tiersOf(c)
 	k, h := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}, uint64(0)
 	if c != nil {
 		k.class, h = tiers.class, tiers.classHash
@@ -138,6 +130,14 @@ func (s *Service) NearestKept(kept **Kept, cluster, zone string, family Family, 
 		*kept = &e.kept
 	}
 	return e.view
+}
+
+// tiersOf returns the tiers client c (nil: none) sees of s's records, nil for none.
+func (s *Service) tiersOf(c *Client) *clientTiers {
+	if c == nil {
+		return nil
+	}
+	return c.tiersFrom(s.topo)
 }
 
 // remember walks the answer of k, and keeps it in slot. Never inlined, for walked's reason.
