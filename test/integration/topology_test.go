@@ -10,8 +10,11 @@ import (
 	"github.com/globaldns/global/test/harness"
 
 	"github.com/miekg/dns"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
 
 // bareCorefile names no cluster and no locality: the cluster's objects tell them.
@@ -126,6 +129,38 @@ const linkedCorefile = `global:{{.Port}} {
 }
 `
 
+// linkedWriterCorefile is linkedCorefile with the writer on.
+var linkedWriterCorefile = strings.Replace(linkedCorefile, "endpointslices off", "endpointslices on", 1)
+
+// writtenAddresses checks that the writer's Service name in ns exists with EndpointSlices of
+// exactly addrs, or, without addrs, that neither does.
+func writtenAddresses(c kubernetes.Interface, ns, name string, addrs ...string) func() error {
+	return func() error {
+		ctx := context.Background()
+		_, err := c.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case len(addrs) == 0 && err == nil:
+			return fmt.Errorf("Service %s/%s still there", ns, name)
+		case len(addrs) == 0 && !apierrors.IsNotFound(err), len(addrs) > 0 && err != nil:
+			return fmt.Errorf("Service %s/%s: %v", ns, name, err)
+		}
+		list, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, es := range list.Items {
+			for _, e := range es.Endpoints {
+				got = append(got, e.Addresses...)
+			}
+		}
+		if !sameSet(got, addrs) {
+			return fmt.Errorf("the slices of %s/%s hold %v, want %v", ns, name, got, addrs)
+		}
+		return nil
+	}
+}
+
 // TestOnlyLinkedClustersMirror: where Linkerd's Link CRD is served, a Service is a mirror of a
 // cluster only while a Link names that cluster (Links live in Linkerd's namespace, an admin's):
 // anyone who may create a Service cannot add members by labelling it as a mirror. Of two
@@ -153,7 +188,11 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	_, err = c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
 	must(t, err)
 
-	d := harness.StartCoreDNS(t, own, linkedCorefile)
+	// bar: a global service whose only member is a mirror of late, made before late's Link.
+	late, err := harness.CreateMirror(ctx, c, mirrorOf(ns, "bar", "late", true))
+	must(t, err)
+
+	d := harness.StartCoreDNS(t, own, linkedWriterCorefile)
 	fooNS := "foo." + ns + ".global."
 	local := []string{"A 10.244.1.10", "A 10.244.2.11"}
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+west.ClusterIPs["foo-0"])...)
@@ -174,6 +213,21 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	must(t, dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace).Delete(ctx, "west", metav1.DeleteOptions{}))
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
 	must(t, expect(t, d, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
+
+	// late's Link made after its mirror: bar, of no member before, answers and is written; the
+	// Link deleted, and made again.
+	barNS, lateIP := "bar."+ns+".global.", late.ClusterIPs["bar-0"]
+	must(t, expect(t, d, barNS, dns.TypeA, dns.RcodeNameError))
+	for range 2 {
+		must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "late", nil))
+		eventuallyExpect(t, d, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP)
+		eventually(t, "bar-global written", writtenAddresses(c, ns, "bar-global", lateIP))
+		must(t, dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace).Delete(ctx, "late", metav1.DeleteOptions{}))
+		eventuallyExpect(t, d, barNS, dns.TypeA, dns.RcodeNameError)
+		eventually(t, "bar-global deleted", writtenAddresses(c, ns, "bar-global"))
+	}
+	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "late", nil))
+	eventuallyExpect(t, d, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP)
 
 	// A Link in another namespace is anyone's: its cluster's mirror is no member, even with the zone
 	// of this cluster's nodes, which would rank it first.
@@ -200,6 +254,7 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	must(t, err)
 	r := harness.StartCoreDNS(t, own, linkedCorefile, harness.WithKubeconfig(kubeconfig))
 	eventuallyExpect(t, r, fooNS, dns.TypeA, dns.RcodeSuccess, local...)
+	must(t, expect(t, r, barNS, dns.TypeA, dns.RcodeNameError))
 	if v := metric(t, r, "coredns_global_links_unreadable"); v != "1" {
 		t.Errorf("coredns_global_links_unreadable %q, want 1", v)
 	}
@@ -210,6 +265,7 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	harness.RunKubectl(t, own, "", "create", "clusterrole", user+"-links", "--verb=list,watch", "--resource=links.multicluster.linkerd.io")
 	harness.RunKubectl(t, own, "", "create", "clusterrolebinding", user+"-links", "--clusterrole="+user+"-links", "--user="+user)
 	eventuallyExpect(t, r, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
+	eventuallyExpect(t, r, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP) // a service of mirrors only, too
 	if v := metric(t, r, "coredns_global_links_unreadable"); v != "0" {
 		t.Errorf("coredns_global_links_unreadable %q once readable, want 0", v)
 	}

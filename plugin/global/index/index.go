@@ -194,16 +194,18 @@ func New(topo *Topology, src Source) *Index {
 func (ix *Index) Topology() *Topology { return ix.topo.Load() }
 
 // SetTopology ranks clusters by topo from now on: every global service is built again with it (a
-// service's tiers, the cluster names of its local records, its zones all follow). Nothing happens
-// when topo equals the current one.
+// service's tiers, the cluster names of its local records, its zones all follow), and every one
+// the source has members of, published or not: a member the old topology refused (a mirror of a
+// cluster no Link named yet) may be one now. Nothing happens when topo equals the current one.
 func (ix *Index) SetTopology(topo *Topology) {
 	if ix.topo.Load().Equal(topo) {
 		return
 	}
 	ix.topo.Store(topo)
+	keys := append(ix.snap.Load().Keys(), ix.src.Services()...)
 	now := time.Now()
 	ix.mu.Lock()
-	for _, k := range ix.snap.Load().Keys() {
+	for _, k := range keys {
 		ix.markLocked(k, now)
 	}
 	ix.mu.Unlock()

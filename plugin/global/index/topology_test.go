@@ -105,3 +105,44 @@ func TestSetTopology(t *testing.T) {
 		t.Errorf("an equal topology rebuilt the services (serial %d -> %d)", serial, ix.Snapshot().Serial)
 	}
 }
+
+// A service whose only members a topology refuses (mirrors of a cluster no Link names) is not
+// published, and is published once a topology accepts them, with no change to its own objects
+// (a Link made after its mirrors, Links readable at last); and goes again when they are refused.
+func TestSetTopologyAcceptsMembers(t *testing.T) {
+	src := indextest.New()
+	only := index.Key{Namespace: "db", Name: "only"}
+	src.Add(only, &index.Member{Namespace: "db", Name: "only-north", Origin: index.Origin{Cluster: "north", Ports: dbPort}},
+		indextest.Slice(dbPort, indextest.Endpoint("only-0", "10.96.9.1")))
+	linked := func(clusters ...string) *index.Topology {
+		topo := indextest.Topology()
+		topo.Linked = map[string]bool{}
+		for _, c := range clusters {
+			topo.Linked[c] = true
+		}
+		return topo
+	}
+	var notified []index.Key
+	ix := index.New(linked("west"), src)
+	ix.Subscribe(func(k index.Key) { notified = append(notified, k) })
+	ix.Changed(only)
+	ix.Start()
+	ix.Publish()
+	if svc := ix.Snapshot().Service(only); svc != nil {
+		t.Fatalf("a mirror of an unlinked cluster is a member: %v", describe(svc.All().A))
+	}
+	ix.SetTopology(linked("west", "north"))
+	ix.Publish()
+	svc := ix.Snapshot().Service(only)
+	if svc == nil || !slices.Equal(describe(svc.All().A), []string{"2 north only-0 10.96.9.1"}) {
+		t.Fatalf("north linked: the service is %v", svc)
+	}
+	if !slices.Equal(notified, []index.Key{only}) {
+		t.Errorf("subscribers (the writer) were told %v, want %v", notified, []index.Key{only})
+	}
+	ix.SetTopology(linked("west"))
+	ix.Publish()
+	if svc := ix.Snapshot().Service(only); svc != nil {
+		t.Errorf("north unlinked again: the service is still %v", describe(svc.All().A))
+	}
+}

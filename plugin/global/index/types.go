@@ -190,6 +190,10 @@ type PodMirror struct {
 // Source is what the index reads to build a global service: the watcher's tables.
 // Every call must be cheap and safe for concurrent use.
 type Source interface {
+	// Services returns every global service that has a member Service, accepted or not, in any
+	// order: a new topology may accept a member it did not (a cluster linked after its mirrors
+	// were made), so it rebuilds these, not only the services published.
+	Services() []Key
 	// Members returns the Services that are members of the global service k, in any order.
 	Members(k Key) []*Member
 	// Slices returns the EndpointSlices of member m, in any order.

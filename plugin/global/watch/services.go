@@ -95,3 +95,20 @@ func (s *objectStore) members(k index.Key) []*index.Member {
 	}
 	return out
 }
+
+// services returns every global service that has a member Service kept, a local one or a
+// headless mirror, some maybe twice.
+func (s *objectStore) services() []index.Key {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []index.Key
+	for _, sp := range s.byNamespace {
+		for _, o := range sp.local {
+			out = append(out, o.key())
+		}
+		for _, ms := range sp.mirrorsOf { // a key twice is marked once
+			out = append(out, ms[0].key())
+		}
+	}
+	return out
+}

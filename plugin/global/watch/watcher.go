@@ -170,6 +170,9 @@ func (w *Watcher) Run(ctx context.Context, sink Sink) error {
 	return nil
 }
 
+// Services implements index.Source.
+func (w *Watcher) Services() []index.Key { return w.objects.services() }
+
 // Members implements index.Source.
 func (w *Watcher) Members(k index.Key) []*index.Member { return w.objects.members(k) }
 

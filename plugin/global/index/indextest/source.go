@@ -2,6 +2,7 @@
 package indextest
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -84,6 +85,13 @@ func (s *Source) Remove(k index.Key, m *index.Member) {
 	delete(s.slices, m)
 	delete(s.pods, m)
 	delete(s.podGen, m)
+}
+
+// Services implements index.Source.
+func (s *Source) Services() []index.Key {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.members))
 }
 
 // Members implements index.Source.
