@@ -141,9 +141,10 @@ func (s *selection) answersTier(t uint8) bool {
 
 // reshape makes the view of a zonal name or a client-ranked answer: the records of the name's
 // topology zone (a prefer name's, when it has some), ranked from the client, no more than limit
-// of each family (both, whatever the question: one remembered view answers A, AAAA and SRV). The
-// index reads only what the answer holds (Service.Nearest); one endpoint's few records are ranked
-// as they are.
+// of each family (both, whatever the question: one remembered view answers A, AAAA and SRV), and
+// of an SRV name of a big service, only those with a port it asks for (portFilter), as the
+// cluster's view. The index reads only what the answer holds (Service.Nearest); one endpoint's
+// few records are ranked as they are.
 func (s *selection) reshape(limit int) {
 	n := &s.name
 	zone := ""
@@ -154,18 +155,52 @@ func (s *selection) reshape(limit int) {
 		}
 	}
 	var v index.View // one, not one per call on the stack (see ServeDNS)
-	switch {
-	case s.client == nil && zone == "":
-		v = s.svc.Select(n.cluster, n.host, nil, limit)
-	case n.host == "":
+	if n.host == "" && (s.client != nil || zone != "") && !filtersPorts(s, limit) {
 		v = s.svc.NearestKept(&s.kept, n.cluster, zone, 0, s.client, limit)
-	case s.client == nil:
-		v = s.svc.Select(n.cluster, n.host, s.inZone, limit)
-	default:
-		v = s.rankedHost(limit)
+	} else {
+		v = s.reshapeRare(zone, limit)
 	}
 	s.view = v
 }
+
+// reshapeRare is reshape's view of one pod's name; of an SRV name of a big service, whose view
+// keeps only records with its port; and of a prefer name falling back to every record of its
+// name. Never inlined, as zoneHolds.
+//
+//go:noinline
+func (s *selection) reshapeRare(zone string, limit int) index.View {
+	n := &s.name
+	switch {
+	case n.host != "" && s.client != nil:
+		return s.rankedHost(limit)
+	case n.host != "" && zone != "":
+		return s.svc.Select(n.cluster, n.host, s.inZone, limit)
+	case n.host != "" || !cut(s.svc, limit):
+		return s.svc.Select(n.cluster, n.host, nil, limit)
+	case filtersPorts(s, limit):
+		m := *n // the filter's copy, which the walk keeps: not the selection, on the caller's stack
+		return s.svc.Nearest(m.cluster, zone, 0, s.client, m.matches, limit)
+	}
+	return s.svc.NearestKept(&s.kept, n.cluster, zone, 0, s.client, limit)
+}
+
+// portFilter is what the view of an SRV name keeps when its service holds more records than an
+// answer holds (limit): those with a port the name asks for, else the few read could all be
+// records without one. Otherwise nothing is filtered: answers skip such records as they go.
+func portFilter(s *selection, limit int) func(*index.Record) bool {
+	if !filtersPorts(s, limit) {
+		return nil
+	}
+	return s.name.matches
+}
+
+// filtersPorts reports whether portFilter filters.
+func filtersPorts(s *selection, limit int) bool {
+	return (s.name.form == formSRV || s.name.form == formProto) && cut(s.svc, limit)
+}
+
+// cut reports whether a view of svc may be cut at limit records of a family: svc has more.
+func cut(svc *index.Service, limit int) bool { return svc.Len() > limit }
 
 // rankedHost is the view of one pod's name ranked from the client, in the name's topology zone
 // when zoned. Never inlined, as zoneHolds.

@@ -72,16 +72,6 @@ func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	}
 }
 
-// portFilter is what the view of an SRV name keeps when its service holds more records than an
-// answer holds (limit): those with a port the name asks for, else the few read could all be
-// records without one. Otherwise nothing is filtered: answers skip such records as they go.
-func portFilter(s *selection, limit int) func(*index.Record) bool {
-	if (s.name.form != formSRV && s.name.form != formProto) || s.svc.Records().Len() < limit {
-		return nil
-	}
-	return s.name.matches
-}
-
 // recordLimit is the most records of one family an answer of size bytes can hold, and one (the
 // server truncates a reply that does not fit, and says so): no more are read. At least 100: a
 // tier's SRV records share a weight of 100, 1 each from 100 on, so that 100 read tell the weight
@@ -97,7 +87,7 @@ func recordLimit(size int) int {
 // A service of fewer than 100 records is read whole whatever the bound, so its reply's size is
 // not read: reading the EDNS0 option costs as much as a small answer's selection.
 func viewLimit(svc *index.Service, req *request.Request) int {
-	if req == nil || svc == nil || svc.Records().Len() < 100 {
+	if req == nil || svc == nil || svc.Len() < 100 {
 		return math.MaxInt
 	}
 	return recordLimit(req.Size())

@@ -61,6 +61,14 @@ func (s *Service) Records() Records {
 	return RecordsOf(s.records)
 }
 
+// Len returns how many records Records holds.
+func (s *Service) Len() int {
+	if s.inc != nil {
+		return int(s.inc.parts.starts[len(s.inc.parts.recs)])
+	}
+	return len(s.records)
+}
+
 // All returns the ready records of every member.
 func (s *Service) All() View { return s.view(0, int(s.v4), int(s.v4), int(s.ready)) }
 
