@@ -92,3 +92,33 @@ func TestSRVOfBigServiceFromEveryClient(t *testing.T) {
 		}
 	}
 }
+
+// With rotation, every record of a nearest tier bigger than a reply comes first for some queries
+// over UDP, from the cluster's view, a client's, and as a zonal name; the tier order holds.
+func TestRotationOverBigTiers(t *testing.T) {
+	const tier = 150
+	g := bigZoned(t, tier, 0)
+	for _, q := range []struct{ from, qname string }{
+		{"", "big.db.global."},      // the cluster's view: the local tier, then west
+		{"", "east.big.db.global."}, // one cluster's
+		{"10.1.0.1", "big.db.global."},
+		{"", "za.pin._zone.big.db.global."},
+	} {
+		first := map[string]int{}
+		for range 40 * tier {
+			m := askUDP(t, g, q.from, q.qname, dns.TypeA, 1232)
+			if len(m.Answer) == 0 {
+				t.Fatalf("%s from %q: %v", q.qname, q.from, m)
+			}
+			for _, rr := range m.Answer {
+				if a := rr.(*dns.A).A.String(); a == "10.96.7.1" {
+					t.Fatalf("%s from %q: west's record before the end of the local tier: %v", q.qname, q.from, rrs(m.Answer))
+				}
+			}
+			first[m.Answer[0].(*dns.A).A.String()]++
+		}
+		if len(first) != tier {
+			t.Errorf("%s from %q: %d of the tier's %d records came first over UDP", q.qname, q.from, len(first), tier)
+		}
+	}
+}

@@ -42,8 +42,10 @@ func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	var v index.View // one, not one per call on the stack (see ServeDNS)
 	switch {
 	case s.svc == nil:
-	case s.client != nil && n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto:
-		// Ranked whole from the client: the ranked view is empty where the cluster's is.
+	case n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto && (s.client != nil || cut(s.svc, limit)):
+		// Ranked whole from the client (the ranked view is empty where the cluster's is), or a
+		// service bigger than the view: the index remembers the view, of whole tiers, so that
+		// rotation spreads over the whole nearest tier.
 		v = s.svc.NearestKept(&s.kept, n.cluster, "", 0, s.client, limit)
 	case n.zonal != zonalNone && n.form == formService && n.host == "":
 		// A zonal name exists where its service's name does: whether that has records, read

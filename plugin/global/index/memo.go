@@ -12,8 +12,8 @@ import (
 // see the service alike share an answer: those on nodes without its local records, with the same
 // labels of the client keys (a class). So NodeLocal DNSCache on a thousand nodes asks a few
 // answers of each service, not a thousand. Bounded: memoSlots answers per service version, each
-// no larger than the answer it is (limit records of a family); a question landing on a slot
-// another holds replaces it.
+// no larger than the answer it is (limit records of a family, and the rest of the last one's
+// tier: see NearestKept); a question landing on a slot another holds replaces it.
 
 // memoSlots is how many answers a service version remembers.
 const memoSlots = 64

@@ -100,8 +100,10 @@ func (c *clusterRun) span(f int) [2]int32 {
 // order: ranked from client c when it is not nil, each record then with its tier from c
 // (Topology.ClientTier), in the order Topology.Ranked gives; else the index's order. It reads the
 // records it returns, and at most as many more: for a client, those of nearer tiers when a
-// farther tier holds local records. Without keep, the answer is remembered (memo.go): the view
-// returned is shared, and must not be changed.
+// farther tier holds local records. Without keep, the answer is remembered (memo.go), and holds
+// whole tiers: the tier of the limit-th record to its end, so that an answer rotated within a
+// tier spreads over all of it (see NearestKept); the view returned is shared, and must not be
+// changed.
 func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep func(*Record) bool, limit int) View {
 	if keep != nil {
 		k := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}
@@ -111,7 +113,12 @@ func (s *Service) Nearest(cluster, zone string, family Family, c *Client, keep f
 }
 
 // NearestKept is Nearest without keep, the answer remembered, and sets *kept (when kept is not
-// nil) to what readers keep with it.
+// nil) to what readers keep with it. Its view ends at a tier's end: at least limit records of a
+// family (or all), then the rest of the last one's tier. A reply holds no more than limit, but
+// rotated within a tier it may start anywhere in it, and its clients, dialing the first
+// address, must spread over the whole tier. Read once and remembered, a tier costs its reading
+// once per remembered answer, and 24 bytes a record while remembered; the answers read from it
+// only what they hold.
 func (s *Service) NearestKept(kept **Kept, cluster, zone string, family Family, c *Client, limit int) View {
 	p, tiers := s.places(), s.tiersOf(c)
 	k, h := memoKey{cluster: cluster, zone: zone, family: family, limit: limit}, uint64(0)
@@ -144,21 +151,23 @@ func (s *Service) tiersOf(c *Client) *clientTiers {
 //
 //go:noinline
 func (s *Service) remember(slot *atomic.Pointer[memoEntry], k *memoKey, p *placements, c *Client, tiers *clientTiers) *memoEntry {
-	e := &memoEntry{key: *k, view: s.walked(p, k, c, tiers, nil)}
+	e := &memoEntry{key: *k, view: s.walk(p, k.zone, c, tiers, nil, k.limit).view(k.cluster, k.family)}
 	slot.Store(e)
 	return e
 }
 
-// walked walks the answer of the Nearest question k (its node and class unread). Never inlined:
-// the walk's frames would deepen Nearest's, which every ranked and zonal query calls, for answers
-// the memo mostly holds.
+// walked walks the answer of the Nearest question k (its node and class unread) with keep, cut
+// at the limit. Never inlined: the walk's frames would deepen Nearest's, which every ranked and
+// zonal query calls, for answers the memo mostly holds.
 //
 //go:noinline
 func (s *Service) walked(p *placements, k *memoKey, c *Client, tiers *clientTiers, keep func(*Record) bool) View {
-	return s.walk(p, k.zone, c, tiers, keep, k.limit).view(k.cluster, k.family)
+	w := s.walk(p, k.zone, c, tiers, keep, k.limit)
+	w.cut = true
+	return w.view(k.cluster, k.family)
 }
 
-// walk returns the walk of a Nearest question.
+// walk returns the walk of a Nearest question, of whole tiers.
 func (s *Service) walk(p *placements, zone string, c *Client, tiers *clientTiers, keep func(*Record) bool, limit int) *nearestWalk {
 	w := &nearestWalk{s: s, p: p, rs: s.Records(), zone: zone, c: c, tiers: tiers, keep: keep, limit: limit}
 	if c != nil {
@@ -192,6 +201,12 @@ type nearestWalk struct {
 	tiers *clientTiers // c's, when c is not nil
 	keep  func(*Record) bool
 	limit int
+	cut   bool // cut at limit, else end at the end of the limit-th record's tier
+}
+
+// full reports whether out, of the answer's records so far, is full before a record of tier t.
+func (w *nearestWalk) full(out []Record, t uint8) bool {
+	return len(out) >= w.limit && (w.cut || len(out) == 0 || out[len(out)-1].Tier != t)
 }
 
 // run is a cluster's ready records (s.clusters[i]'s) in an answer, with their tier; for the local
@@ -340,7 +355,7 @@ func (w *nearestWalk) family(runs []run, f int) []Record {
 	}
 	out := make([]Record, 0, min(n, w.limit))
 	for _, r := range runs {
-		if len(out) == w.limit {
+		if w.full(out, r.tier) {
 			break
 		}
 		span := w.s.clusters[r.i].span(f)
@@ -417,7 +432,7 @@ func zoneGroup(p *localPlaces, zone string) []*Record {
 func (w *nearestWalk) take(out []Record, rs Records, kinds uint8, t uint8) []Record {
 	for p := range rs.Parts() {
 		for k := range p {
-			if len(out) == w.limit {
+			if w.full(out, t) {
 				return out
 			}
 			out = w.add(out, &p[k], kinds, t)
@@ -429,7 +444,7 @@ func (w *nearestWalk) take(out []Record, rs Records, kinds uint8, t uint8) []Rec
 // takeList is take over the records of list.
 func (w *nearestWalk) takeList(out []Record, list []*Record, kinds uint8, t uint8) []Record {
 	for _, r := range list {
-		if len(out) == w.limit {
+		if w.full(out, t) {
 			break
 		}
 		out = w.add(out, r, kinds, t)

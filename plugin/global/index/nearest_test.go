@@ -20,10 +20,20 @@ func nearestOracle(svc *index.Service, cluster, zone string, c *index.Client, ke
 		return (zone == "" || strings.EqualFold(topo.ZoneOf(r), zone)) && (keep == nil || keep(r))
 	}
 	all := svc.Select(cluster, "", admit, math.MaxInt)
-	if c == nil {
-		return index.View{A: all.A[:min(limit, len(all.A))], AAAA: all.AAAA[:min(limit, len(all.AAAA))]}
+	if c != nil {
+		all = index.View{A: topo.Ranked(all.A, c, math.MaxInt), AAAA: topo.Ranked(all.AAAA, c, math.MaxInt)}
 	}
-	return index.View{A: topo.Ranked(all.A, c, limit), AAAA: topo.Ranked(all.AAAA, c, limit)}
+	return index.View{A: upTo(all.A, limit, keep == nil), AAAA: upTo(all.AAAA, limit, keep == nil)}
+}
+
+// upTo returns the first limit records of rs, in tier order, and with whole the rest of the last
+// one's tier: a remembered answer's (Service.NearestKept).
+func upTo(rs []index.Record, limit int, whole bool) []index.Record {
+	n := min(limit, len(rs))
+	for whole && n > 0 && n < len(rs) && rs[n].Tier == rs[n-1].Tier {
+		n++
+	}
+	return rs[:n]
 }
 
 // TestNearestIsRanked: over random services (local pods on nodes and zones, some unplaced, both
