@@ -64,15 +64,14 @@ func (c *Clients) Node(a netip.Addr) *index.Client { return c.nodes.Load().node(
 
 // Pod implements the handler's locator: the client at a Pod's IP (a single address), else at an
 // address in a Node's pod CIDRs, whose length the answer holds for unless a Pod of another Node
-// has an IP in it: then it holds for the address alone. An IP that Pods on several nodes have
-// locates no client.
+// has an IP in it: then it holds for the address alone. An IP that Pods on several nodes have,
+// or whose Pod's Node the table does not hold (deleted, its pod CIDR maybe another's since, or
+// not read yet), locates no client: the table knows the Pod is not on the CIDR's Node.
 func (c *Clients) Pod(p netip.Prefix) (*index.Client, int) {
 	nodes := c.nodes.Load()
 	if c.pods != nil && p.IsSingleIP() {
 		if name, ok := c.pods.node(p.Addr()); ok {
-			if client := nodes.byName[name]; client != nil || name == "" {
-				return client, p.Bits()
-			}
+			return nodes.byName[name], p.Bits()
 		}
 	}
 	client, bits := nodes.inCIDR(p)

@@ -150,6 +150,26 @@ func TestPodCIDRScope(t *testing.T) {
 	check("10.244.5.0/24", "old", 24)
 }
 
+// A Pod whose Node is deleted, its pod CIDR given to another Node since, is located nowhere: not
+// on the Node that now holds the CIDR, which the table knows it is not on.
+func TestPodOfDeletedNode(t *testing.T) {
+	c := clientsOf([]*corev1.Node{testNode("n3", nil, "10.244.3.0/24")}, true)
+	if err := c.pods.Replace([]any{testPod("a", "orphan", "n3", "10.244.3.7")}, "1"); err != nil {
+		t.Fatal(err)
+	}
+	if node, bits := locatedAt(c, "10.244.3.7/32"); node != "n3" || bits != 32 {
+		t.Fatalf("the Pod on n3: %q /%d", node, bits)
+	}
+	c.nodes.Store(newNodeTable([]*corev1.Node{testNode("n4", nil, "10.244.3.0/24")}))
+	c.pods.setNodes(c.nodes.Load())
+	if node, bits := locatedAt(c, "10.244.3.7/32"); node != "" {
+		t.Errorf("the Pod of deleted n3 is located on %q /%d", node, bits)
+	}
+	if node, bits := locatedAt(c, "10.244.3.9/32"); node != "n4" || bits != 32 {
+		t.Errorf("another address of n4's CIDR, beside a stray Pod: %q /%d, want n4 /32", node, bits)
+	}
+}
+
 // A forwarder set answers alike whether it keeps its addresses in a list (a few) or a map.
 func TestAddrSet(t *testing.T) {
 	for _, n := range []int{0, 1, fewAddrs, fewAddrs + 1, 50} {
