@@ -73,3 +73,22 @@ func TestNoNXDOMAINAboveAName(t *testing.T) {
 		t.Errorf("only %d names answer: the walk found too little to check", owners)
 	}
 }
+
+// A zonal name exists where its service's name does: a short name whose service has no ready
+// record is the empty non-terminal of its namespace's services (NODATA), its zonal names are
+// not, with or without that service (NXDOMAIN).
+func TestZonalNameOfANamespace(t *testing.T) {
+	src := source()
+	db := index.Key{Namespace: "app", Name: "db"} // a service named as namespace db, none ready
+	src.Add(db, &index.Member{Namespace: "app", Name: "db", Origin: index.Origin{Ports: dbPort}},
+		indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("db-0", "10.0.8.1"))))
+	for _, keys := range [][]index.Key{{db}, nil} {
+		g := newGlobal(t, src, keys...)
+		for qname, rcode := range map[string]int{"db.global.": dns.RcodeSuccess, "za.pin._zone.db.global.": dns.RcodeNameError,
+			"za.prefer._zone.db.global.": dns.RcodeNameError} {
+			if m := query(t, g, qname, dns.TypeA); m.Rcode != rcode || len(m.Answer) > 0 {
+				t.Errorf("with services %v: %s: %s %v, want %s", keys, qname, dns.RcodeToString[m.Rcode], m.Answer, dns.RcodeToString[rcode])
+			}
+		}
+	}
+}

@@ -239,8 +239,8 @@ func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View, 
 		return kindNamespaceOfServices, true
 	case svc == nil:
 		return kindNoService, false
-	case !answers:
-		return kindService, short && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
+	case !answers: // a short name's namespace keeps it, not its zonal names, which are the service's
+		return kindService, short && n.zonal == zonalNone && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
 	case n.form == formProto, n.form == formSRV:
 		return kindService, anyMatches(view.A, n) || anyMatches(view.AAAA, n)
 	}
