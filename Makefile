@@ -56,7 +56,7 @@ export GLOBAL_HELM4_BIN        := $(HELM4)
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build version image release previous controlplane promtool helm test test-k8s integration unit run dig dnsperf bench soak vet fuzz clean help
+.PHONY: all build version image release previous controlplane promtool helm test test-k8s integration unit run dig dnsperf bench soak hunt vet fuzz clean help
 all: build
 
 help:
@@ -68,6 +68,7 @@ help:
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
 	@echo "make test          vet, unit and integration tests (builds the control plane, Helm and promtool once)"
 	@echo "make fuzz          run every fuzz target for FUZZTIME (default $(FUZZTIME)) each"
+	@echo "make hunt          play random histories against the README's oracle for HUNT (default $(HUNT))"
 	@echo "make bench         measure against CoreDNS's own plugins; writes docs/benchmarks.md"
 	@echo "make helm          build Helm $(HELM3_VERSION) and $(HELM4_VERSION) into $(CACHE_HOME)/globaldns/tools"
 	@echo "make promtool      build promtool $(PROM_VERSION) (Prometheus) into $(PROMTOOL)"
@@ -223,6 +224,13 @@ SOAK ?= 30m
 SOAKFLAGS ?=
 soak: build controlplane
 	$(GO) test -count=1 -timeout 0 ./test/integration -run '^TestSoak$$' -v -soak $(SOAK) -soak-out $(CURDIR)/docs/soak.md $(SOAKFLAGS)
+
+# The hunt: TestDifferential's random histories, asked of ServeDNS and checked against the README's
+# oracle (test/oracle), new seeds for HUNT (a Go duration); `make test` plays seeds 0 to 15. A
+# failure prints its seed and the command that replays it.
+HUNT ?= 10m
+hunt:
+	$(GO) test -count=1 -timeout 0 ./plugin/global -run '^TestDifferential$$' -v -differential.for $(HUNT)
 
 # Fuzzing, each target for FUZZTIME; `make test` runs their seed corpora (testdata/fuzz) too.
 FUZZTIME ?= 60s
