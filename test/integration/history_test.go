@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -88,6 +89,7 @@ type history struct {
 	log   []string
 	ip    int // the last local pod address handed out
 	proxy *harness.Proxy
+	dyn   dynamic.Interface // Links
 
 	corefile string
 	viaProxy string
@@ -107,6 +109,7 @@ type history struct {
 	locals     map[string]*harness.StatefulSet // ns/svc -> the local StatefulSet and its live pods, as they are
 	mirrors    map[string]*harness.Mirror      // ns/svc/cluster
 	down       map[string]bool                 // cluster -> gateway down
+	linked     map[string]bool                 // the clusters Links name
 }
 
 var (
@@ -125,6 +128,7 @@ func newHistory(t *testing.T, cp *harness.ControlPlane, seed int64, namespaces i
 	}
 	lease := fmt.Sprintf("h%d-lease", seed)
 	must(t, harness.EnsureNamespace(h.ctx, cp.Client, lease))
+	h.linkClusters()
 	for range 2 {
 		h.createNamespace()
 	}
@@ -154,10 +158,12 @@ func (h *history) step(i int) {
 func (h *history) converge(step string) {
 	h.t.Helper()
 	h.log = append(h.log, step)
-	deadline := time.Now().Add(patience + 30*time.Second) // client-go's reconnect backoff on top
+	start := time.Now()
+	deadline := start.Add(patience + 30*time.Second) // client-go's reconnect backoff on top
 	for n := 0; ; n++ {
 		err := h.check([]string{"udp", "tcp"}[n%2])
 		if err == nil {
+			h.log[len(h.log)-1] += fmt.Sprintf(" (converged in %s)", time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) && h.soak {
@@ -166,7 +172,7 @@ func (h *history) converge(step string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			want, _ := oracle(h.ctx, h.cp.Client, h.namespaces)
+			want, _ := oracle(h.ctx, h.cp.Client, h.dyn, h.namespaces)
 			var state []string
 			for _, s := range want {
 				state = append(state, fmt.Sprintf("%s/%s %v", s.ns, s.svc, sortRecords(s.records)))
@@ -180,7 +186,7 @@ func (h *history) converge(step string) {
 }
 
 func (h *history) check(proto string) error {
-	want, err := oracle(h.ctx, h.cp.Client, h.namespaces)
+	want, err := oracle(h.ctx, h.cp.Client, h.dyn, h.namespaces)
 	if err != nil {
 		return err
 	}
@@ -235,7 +241,7 @@ func (h *history) change() string {
 		local, m := h.locals[key], h.mirrors[key+"/"+cluster]
 		var what string
 		var err error
-		switch h.rng.IntN(13) {
+		switch h.rng.IntN(14) {
 		case 0:
 			if local != nil {
 				continue
@@ -295,6 +301,8 @@ func (h *history) change() string {
 				err = harness.DeleteMirror(h.ctx, h.cp.Client, ns, svc, cluster)
 				delete(h.mirrors, key+"/"+cluster)
 			}
+		case 13:
+			what, err = h.toggleLink(cluster)
 		case 12:
 			switch {
 			case h.rng.IntN(4) == 0 && h.next < len(h.namespaces):
@@ -306,6 +314,31 @@ func (h *history) change() string {
 		must(h.t, err)
 		return what
 	}
+}
+
+// linkClusters serves Linkerd's Link CRD, as where its multicluster extension runs, and links
+// every cluster of the history (Links of the control plane's, the first history's).
+func (h *history) linkClusters() {
+	var err error
+	h.dyn, err = dynamic.NewForConfig(h.cp.Config)
+	must(h.t, err)
+	must(h.t, h.cp.InstallTopologyCRDs(h.ctx))
+	must(h.t, harness.EnsureNamespace(h.ctx, h.cp.Client, linkerdNamespace))
+	h.linked = map[string]bool{}
+	for _, c := range historyClusters {
+		must(h.t, harness.ApplyLink(h.ctx, h.dyn, linkerdNamespace, c, nil))
+		h.linked[c] = true
+	}
+}
+
+// toggleLink deletes the Link of cluster, whose mirrors stay but are no members then, or makes
+// it again: after its mirrors exist, as when Links are re-created.
+func (h *history) toggleLink(cluster string) (string, error) {
+	links := h.dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace)
+	if h.linked[cluster] = !h.linked[cluster]; !h.linked[cluster] {
+		return "Link of " + cluster + " deleted", links.Delete(h.ctx, cluster, metav1.DeleteOptions{})
+	}
+	return "Link of " + cluster + " made again", harness.ApplyLink(h.ctx, h.dyn, linkerdNamespace, cluster, nil)
 }
 
 func renamed(ports []harness.Port) []harness.Port {

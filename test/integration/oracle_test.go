@@ -18,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -76,8 +78,13 @@ func (s *oracleService) ready() []oracleRecord {
 	return out
 }
 
-// oracle computes the global services of namespaces from the API.
-func oracle(ctx context.Context, c kubernetes.Interface, namespaces []string) (map[string]*oracleService, error) {
+// oracle computes the global services of namespaces from the API: its Services and slices, and
+// its Links (dyn nil: none served), whose clusters' mirrors are the only ones that are members.
+func oracle(ctx context.Context, c kubernetes.Interface, dyn dynamic.Interface, namespaces []string) (map[string]*oracleService, error) {
+	linked, err := historyLinks(ctx, dyn)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]*oracleService{}
 	for _, ns := range namespaces {
 		svcs, err := c.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
@@ -116,7 +123,9 @@ func oracle(ctx context.Context, c kubernetes.Interface, namespaces []string) (m
 				if s.Labels[harness.LabelHeadlessMirrorSvcName] != "" {
 					continue
 				}
-				cluster = s.Labels[harness.LabelClusterName]
+				if cluster = s.Labels[harness.LabelClusterName]; linked != nil && !linked[cluster] {
+					continue // no Link names its cluster: not a member
+				}
 				name, _, _ = strings.Cut(s.Annotations[harness.AnnotationRemoteSvcFqName], ".")
 				if name == "" {
 					name = strings.TrimSuffix(s.Name, "-"+cluster)
@@ -134,6 +143,23 @@ func oracle(ctx context.Context, c kubernetes.Interface, namespaces []string) (m
 				out[key].records = append(out[key].records, sliceRecords(s, sl, cluster, podMirrorReady)...)
 			}
 		}
+	}
+	return out, nil
+}
+
+// historyLinks returns the clusters Linkerd's Links name in Linkerd's namespace, nil without dyn.
+func historyLinks(ctx context.Context, dyn dynamic.Interface) (map[string]bool, error) {
+	if dyn == nil {
+		return nil, nil
+	}
+	links, err := dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, l := range links.Items {
+		cluster, _, _ := unstructured.NestedString(l.Object, "spec", "targetClusterName")
+		out[cluster] = true
 	}
 	return out, nil
 }

@@ -60,7 +60,7 @@ func TestSoak(t *testing.T) {
 
 	var names atomic.Pointer[[]string]
 	setNames := func() {
-		want, err := oracle(ctx, cp.Client, h.namespaces)
+		want, err := oracle(ctx, cp.Client, h.dyn, h.namespaces)
 		if err != nil {
 			return
 		}
