@@ -64,16 +64,32 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	if !final && m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
 		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
 	}
-	if chaos {
+	if chaos || hasEDE(m) {
 		limitAmplification(&state, m)
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }
 
-// maxAmplification is how many times the query's size an explanation over UDP may be: an
-// explanation is long, and a spoofed source would turn it on a victim (RFC 5358).
+// maxAmplification is how many times the query's size an explanation, or a reply with an Extended
+// DNS Error's text, may be over UDP: what the plugin writes beside the records asked for is long,
+// and a spoofed source would turn it on a victim (RFC 5358).
 const maxAmplification = 3
+
+// hasEDE reports whether m carries an Extended DNS Error. Never inlined: most replies have no OPT
+// record to look into, and the look would deepen every answer's stack (see ServeDNS).
+//
+//go:noinline
+func hasEDE(m *dns.Msg) bool {
+	if o := m.IsEdns0(); o != nil {
+		for _, opt := range o.Option {
+			if _, ok := opt.(*dns.EDNS0_EDE); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // mayExplain reports whether the query's source may ask for explanations (explain_from).
 func (g *Global) mayExplain(w dns.ResponseWriter) bool {
@@ -85,7 +101,8 @@ func (g *Global) mayExplain(w dns.ResponseWriter) bool {
 }
 
 // limitAmplification leaves m, over UDP, no larger than maxAmplification times the query: larger,
-// it is truncated, without records (TC), and the client asks again over TCP (dig does by itself).
+// it is truncated, without records or options (TC), and the client asks again over TCP (dig does
+// by itself).
 func limitAmplification(state *request.Request, m *dns.Msg) {
 	if state.Proto() != "udp" {
 		return

@@ -2,6 +2,7 @@ package global
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -55,13 +56,19 @@ func newGlobal(t testing.TB, src index.Source, keys ...index.Key) *Global {
 	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5}, index: ix, Next: test.NextHandler(dns.RcodeNameError, nil)}
 }
 
-// serve sends one query through g and returns what g wrote, nil when it wrote nothing.
+// serve sends one query through g over UDP and returns what g wrote, nil when it wrote nothing.
 func serve(t *testing.T, g *Global, qname string, qtype uint16) *dns.Msg {
+	t.Helper()
+	return serveOver(t, g, qname, qtype, &test.ResponseWriter{})
+}
+
+// serveOver is serve over w's transport.
+func serveOver(t *testing.T, g *Global, qname string, qtype uint16, w dns.ResponseWriter) *dns.Msg {
 	t.Helper()
 	m := new(dns.Msg)
 	m.SetQuestion(qname, qtype)
 	m.SetEdns0(4096, false)
-	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	rec := dnstest.NewRecorder(w)
 	if _, err := g.ServeDNS(context.Background(), rec, m); err != nil {
 		t.Fatalf("%s: %v", qname, err)
 	}
@@ -206,7 +213,7 @@ func TestAmbiguousShortName(t *testing.T) {
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.9.9")))
 	g := newGlobal(t, src, app)
 
-	m := query(t, g, "foo.global.", dns.TypeA)
+	m := serveOver(t, g, "foo.global.", dns.TypeA, &test.ResponseWriter{TCP: true})
 	if m.Rcode != dns.RcodeNameError || len(m.Answer) != 0 || len(m.Ns) != 1 || !m.Authoritative {
 		t.Fatalf("rcode %s with %d answers, %d authority, want an authoritative NXDOMAIN with the SOA", dns.RcodeToString[m.Rcode], len(m.Answer), len(m.Ns))
 	}
@@ -220,6 +227,10 @@ func TestAmbiguousShortName(t *testing.T) {
 	}
 	if ede == nil || !strings.Contains(ede.ExtraText, "app, db") {
 		t.Fatalf("EDE %v: want one naming the candidates app, db", ede)
+	}
+	// Over UDP, the SOA and the EDE are three times the query: TC, and the client asks over TCP.
+	if m := query(t, g, "foo.global.", dns.TypeA); m.Rcode != dns.RcodeNameError || !m.Truncated || len(m.Ns) != 0 {
+		t.Errorf("over UDP: %s TC %t with %d authority, want NXDOMAIN, TC, none", dns.RcodeToString[m.Rcode], m.Truncated, len(m.Ns))
 	}
 	// The full names still work, and prefer_namespaces makes the short name deterministic.
 	if m := query(t, g, "foo.app.global.", dns.TypeA); len(m.Answer) != 1 {
@@ -237,13 +248,45 @@ func TestAmbiguousShortName(t *testing.T) {
 	src.Add(bar, &index.Member{Namespace: "foo", Name: "bar", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.Endpoint("bar-0", "10.0.8.8")))
 	g = newGlobal(t, src, app, bar)
-	if m := query(t, g, "foo.global.", dns.TypeA); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 || len(m.Ns) != 1 {
+	if m := serveOver(t, g, "foo.global.", dns.TypeA, &test.ResponseWriter{TCP: true}); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 0 || len(m.Ns) != 1 {
 		t.Errorf("ambiguous and a namespace: %s %v, want NODATA", dns.RcodeToString[m.Rcode], m.Answer)
 	}
 
 	g.preferNamespaces = []string{"other", "db"}
 	if m := query(t, g, "foo.global.", dns.TypeA); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 4 {
 		t.Errorf("with prefer_namespaces db: rcode %s, %d answers, want db's 4", dns.RcodeToString[m.Rcode], len(m.Answer))
+	}
+}
+
+// No name makes the plugin an amplifier: a short name of 100 namespaces of 63 characters each
+// answers, over UDP, no more than three times the query (or TC with no records), and over TCP an
+// Extended DNS Error naming four of them.
+func TestAmbiguousNotAnAmplifier(t *testing.T) {
+	src := indextest.New()
+	var keys []index.Key
+	for i := range 100 {
+		ns := fmt.Sprintf("%02d%s", i, strings.Repeat("n", 61))
+		k := index.Key{Namespace: ns, Name: "redis"}
+		src.Add(k, &index.Member{Namespace: ns, Name: "redis", Origin: index.Origin{Ports: dbPort}},
+			indextest.Slice(dbPort, indextest.Endpoint("redis-0", fmt.Sprintf("10.0.%d.1", i))))
+		keys = append(keys, k)
+	}
+	g := newGlobal(t, src, keys...)
+	for _, size := range []uint16{512, 1232, 4096} {
+		req := new(dns.Msg)
+		req.SetQuestion("redis.global.", dns.TypeA)
+		req.SetEdns0(size, false)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		g.ServeDNS(context.Background(), rec, req)
+		if got, most := rec.Msg.Len(), 3*req.Len(); got > most || rec.Msg.Rcode != dns.RcodeNameError || len(rec.Msg.Ns) > 0 && !rec.Msg.Truncated {
+			t.Errorf("UDP/%d: %d bytes (%s, TC %t) for a query of %d, want at most %d", size, got, dns.RcodeToString[rec.Msg.Rcode], rec.Msg.Truncated, req.Len(), most)
+		}
+	}
+	m := serveOver(t, g, "redis.global.", dns.TypeA, &test.ResponseWriter{TCP: true})
+	want := "global: redis is ambiguous, it exists in namespaces 00" + strings.Repeat("n", 61) + ", 01" + strings.Repeat("n", 61) +
+		", 02" + strings.Repeat("n", 61) + ", 03" + strings.Repeat("n", 61) + " and 96 more: ask for redis.<namespace>.global."
+	if o := m.IsEdns0(); o == nil || len(o.Option) != 1 || o.Option[0].(*dns.EDNS0_EDE).ExtraText != want || m.Truncated {
+		t.Errorf("over TCP: %v, want the EDE %q", m, want)
 	}
 }
 

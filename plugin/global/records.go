@@ -241,7 +241,19 @@ func (mk *recordMaker) answerAmbiguous(state *request.Request, m *dns.Msg, s *se
 	}
 	setEDE(state.Req, m, dns.ExtendedErrorCodeOther, fmt.Sprintf(
 		"global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
-		s.name.svc, strings.Join(s.namespaces(), ", "), s.name.svc, state.Zone))
+		s.name.svc, listed(s.namespaces()), s.name.svc, state.Zone))
+}
+
+// namespacesListed is how many namespaces an ambiguous name's Extended DNS Error names: whoever may
+// create a namespace must not make the error, and the reply, as long as they like.
+const namespacesListed = 4
+
+// listed joins the first namespacesListed of nss, saying how many more there are.
+func listed(nss []string) string {
+	if len(nss) <= namespacesListed {
+		return strings.Join(nss, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(nss[:namespacesListed], ", "), len(nss)-namespacesListed)
 }
 
 // setEDE attaches an Extended DNS Error (RFC 8914) to m when the request speaks EDNS; the server

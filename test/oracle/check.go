@@ -18,6 +18,9 @@ func (w *World) Check(q Question, e Expected, m *dns.Msg) error {
 	if m.Rcode != e.Rcode {
 		return fmt.Errorf("rcode %s, want %s", dns.RcodeToString[m.Rcode], dns.RcodeToString[e.Rcode])
 	}
+	if e.EDE != "" && q.Size > 0 {
+		return checkAmplification(q, e, m)
+	}
 	if got := ede(m); got != e.EDE {
 		return fmt.Errorf("extended error %q, want %q", got, e.EDE)
 	}
@@ -40,6 +43,24 @@ func (w *World) Check(q Question, e Expected, m *dns.Msg) error {
 		return w.checkSRV(e, m)
 	}
 	return w.checkAddresses(q, e, m)
+}
+
+// checkAmplification checks a reply over UDP with an Extended DNS Error: at most three times the
+// query, and when that cut it (TC), without records; its EDE, when kept, e's.
+func checkAmplification(q Question, e Expected, m *dns.Msg) error {
+	if most := 3 * q.Msg().Len(); m.Len() > most {
+		return fmt.Errorf("%d bytes over UDP with an extended error, more than 3 times the query's %d", m.Len(), most/3)
+	}
+	if got := ede(m); got != e.EDE && (got != "" || !m.Truncated) {
+		return fmt.Errorf("extended error %q (TC %t), want %q", got, m.Truncated, e.EDE)
+	}
+	if m.Truncated && len(m.Answer)+len(m.Ns) > 0 {
+		return fmt.Errorf("cut to fit three times the query, %d records left", len(m.Answer)+len(m.Ns))
+	}
+	if !m.Truncated && (len(m.Answer) > 0 || len(m.Ns) != 1 || m.Ns[0].Header().Name != e.SOA) {
+		return fmt.Errorf("records %v, authority %v: want the SOA of %s alone", m.Answer, m.Ns, e.SOA)
+	}
+	return nil
 }
 
 // ede returns the text of m's Extended DNS Error, "" for none.

@@ -43,9 +43,13 @@ func (r RR) String() string {
 func (w *World) Expect(q Question) Expected {
 	e := Expected{Rcode: dns.RcodeSuccess, SOA: q.Zone}
 	s, ambiguous := w.resolve(q)
-	if ambiguous != nil {
+	if ambiguous != nil { // the first four namespaces, and how many more
+		listed := strings.Join(ambiguous[:min(4, len(ambiguous))], ", ")
+		if len(ambiguous) > 4 {
+			listed += fmt.Sprintf(" and %d more", len(ambiguous)-4)
+		}
 		e.EDE = fmt.Sprintf("global: %s is ambiguous, it exists in namespaces %s: ask for %s.<namespace>.%s",
-			strings.ToLower(q.Svc), strings.Join(ambiguous, ", "), strings.ToLower(q.Svc), q.Zone)
+			strings.ToLower(q.Svc), listed, strings.ToLower(q.Svc), q.Zone)
 	}
 	// A name of no service, or of no ready record, exists only as the empty non-terminal of a
 	// namespace whose services answer (the short name <ns>.<zone>); a zonal one never.
