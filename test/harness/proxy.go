@@ -1,9 +1,15 @@
 package harness
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -101,4 +107,48 @@ func (cp *ControlPlane) KubeconfigVia(p *Proxy, token string) (string, error) {
 	}
 	_, port, _ := net.SplitHostPort(p.Addr)
 	return cp.writeKubeconfigAt("kubeconfig-via-"+port, "user", token, "https://"+p.Addr)
+}
+
+// FaultyAPI is an HTTPS reverse proxy on loopback in front of the API server that answers 503
+// Service Unavailable to the requests fails matches, until Heal: an API server whose aggregated
+// or custom APIs are not ready yet, as after a start.
+type FaultyAPI struct {
+	Addr    string // 127.0.0.1:PORT to reach the API server through
+	healed  atomic.Bool
+	matches func(*http.Request) bool
+}
+
+// StartFaultyAPI starts a FaultyAPI to cp's API server failing what fails matches, stopped when
+// the test ends.
+func StartFaultyAPI(t testing.TB, cp *ControlPlane, fails func(*http.Request) bool) *FaultyAPI {
+	t.Helper()
+	f := &FaultyAPI{matches: fails}
+	target, err := url.Parse(cp.APIServerURL())
+	if err != nil {
+		t.Fatalf("harness: faulty API: %v", err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
+	proxy.FlushInterval = -1 // watches stream
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.healed.Load() && f.matches(r) {
+			http.Error(w, "the harness's faulty API: unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	f.Addr = srv.Listener.Addr().String()
+	return f
+}
+
+// Heal passes every request on from now on.
+func (f *FaultyAPI) Heal() { f.healed.Store(true) }
+
+// KubeconfigThrough writes a kubeconfig for coredns's token that reaches the API server through f.
+func (cp *ControlPlane) KubeconfigThrough(f *FaultyAPI) (string, error) {
+	_, port, _ := net.SplitHostPort(f.Addr)
+	return cp.writeKubeconfigAt("kubeconfig-through-"+port, "user", cp.coreDNSToken, "https://"+f.Addr)
 }

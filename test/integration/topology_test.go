@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -268,5 +269,29 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	eventuallyExpect(t, r, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP) // a service of mirrors only, too
 	if v := metric(t, r, "coredns_global_links_unreadable"); v != "0" {
 		t.Errorf("coredns_global_links_unreadable %q once readable, want 0", v)
+	}
+
+	// A replica whose API fails the Links' discovery at first (503, as an API server starting, or
+	// an aggregated API down) answers no linked cluster's mirror, the forged one least of all,
+	// until the Links can be read; then the Links count.
+	faulty := harness.StartFaultyAPI(t, own, func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/apis/multicluster.linkerd.io") })
+	through, err := own.KubeconfigThrough(faulty)
+	must(t, err)
+	f := harness.StartCoreDNS(t, own, linkedCorefile, harness.WithKubeconfig(through))
+	eventuallyExpect(t, f, fooNS, dns.TypeA, dns.RcodeSuccess, local...)
+	must(t, expect(t, f, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
+	must(t, expect(t, f, barNS, dns.TypeA, dns.RcodeNameError))
+	if v := metric(t, f, "coredns_global_links_unreadable"); v != "1" {
+		t.Errorf("coredns_global_links_unreadable %q while Links are not discovered, want 1", v)
+	}
+	if n := strings.Count(f.Logs(), "cannot read Linkerd's Links in namespace linkerd-multicluster: discovery of multicluster.linkerd.io"); n != 1 {
+		t.Errorf("%d log lines of the Links' discovery, want 1:\n%s", n, f.Logs())
+	}
+	faulty.Heal()
+	eventuallyExpect(t, f, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
+	eventuallyExpect(t, f, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP)
+	must(t, expect(t, f, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
+	if v := metric(t, f, "coredns_global_links_unreadable"); v != "0" {
+		t.Errorf("coredns_global_links_unreadable %q once discovered, want 0", v)
 	}
 }

@@ -3,6 +3,7 @@ package watch
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -125,7 +126,7 @@ func (t *Topology) localities(labels map[string]string) map[string]string {
 // clusterProperty follows the ClusterProperty cluster.clusterset.k8s.io.
 func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
 	only := fields.OneTermEqualSelector("metadata.name", clusterPropertyName).String()
-	t.informOn(ctx, synced, clusterPropertyGroup, "clusterproperties", metav1.NamespaceAll, func(o *metav1.ListOptions) { o.FieldSelector = only }, nil, func(store cache.Store) {
+	t.informOn(ctx, synced, clusterPropertyGroup, "clusterproperties", metav1.NamespaceAll, func(o *metav1.ListOptions) { o.FieldSelector = only }, nil, nil, func(store cache.Store) {
 		name := ""
 		for _, o := range store.List() {
 			v, _, _ := unstructured.NestedString(o.(*unstructured.Unstructured).Object, "spec", "value")
@@ -146,16 +147,25 @@ func (t *Topology) clusterProperty(ctx context.Context, synced func()) {
 // denial keeps what was read, as any API error does: an API server starting again denies for a
 // moment, before its authorizer has synced.
 func (t *Topology) links(ctx context.Context, synced func()) {
+	var warned atomic.Bool // until the next read: discovery is looked at again and again
 	denied := func(err error, read bool) {
 		telemetry.LinksUnreadable.Set(1)
 		if read {
 			telemetry.Log.Warningf("cannot read Linkerd's Links in namespace %s: %v; the Links last read count until they can be read again", t.linksNS, err)
 			return
 		}
-		telemetry.Log.Warningf("cannot read Linkerd's Links in namespace %s: %v; no linked cluster's mirror is answered until they can be read", t.linksNS, err)
+		if !warned.Swap(true) {
+			telemetry.Log.Warningf("cannot read Linkerd's Links in namespace %s: %v; no linked cluster's mirror is answered until they can be read", t.linksNS, err)
+		}
 		t.set(func(d *index.Discovered) { d.Links, d.Linked = map[string]map[string]string{}, map[string]bool{} })
 	}
-	t.informOn(ctx, synced, linkGroup, "links", t.linksNS, nil, denied, func(store cache.Store) {
+	absent := func() { // no Link CRD after all: Links say nothing
+		warned.Store(false)
+		telemetry.LinksUnreadable.Set(0)
+		t.set(func(d *index.Discovered) { d.Links, d.Linked = map[string]map[string]string{}, nil })
+	}
+	t.informOn(ctx, synced, linkGroup, "links", t.linksNS, nil, denied, absent, func(store cache.Store) {
+		warned.Store(false)
 		telemetry.LinksUnreadable.Set(0)
 		links, linked := map[string]map[string]string{}, map[string]bool{}
 		for _, o := range store.List() {
@@ -190,9 +200,14 @@ func (t *Topology) nodes(ctx context.Context, synced func()) {
 
 // informOn runs an informer on resource of group in namespace, in the group's preferred version,
 // while the API serves it: until then it says nothing (and is synced), and looks again every
-// recheck. denied, when not nil, is told when the resource may not be read (see inform).
+// recheck. Where discovery fails (an API server starting, an aggregated API down), whether it is
+// served is unknown: it looks again sooner, from a second to unknownMax apart, and denied, when not
+// nil, is told as when the resource may not be read (see inform): a source that gates what is
+// answered fails closed, not open; absent, when not nil, is told when it is found not served after
+// that.
 func (t *Topology) informOn(ctx context.Context, synced func(), group, resource, namespace string, tweak dynamicinformer.TweakListOptionsFunc,
-	denied func(err error, read bool), read func(cache.Store)) {
+	denied func(err error, read bool), absent func(), read func(cache.Store)) {
+	wait := time.Second
 	for ctx.Err() == nil {
 		gvr, err := t.served(group, resource)
 		if err == nil && gvr.Resource != "" {
@@ -200,16 +215,30 @@ func (t *Topology) informOn(ctx context.Context, synced func(), group, resource,
 			inform(ctx, synced, inf, resource+"."+group, t.updated, denied, read)
 			return
 		}
-		if err != nil {
+		next := recheck
+		switch {
+		case err != nil:
 			telemetry.Log.Debugf("topology: looking for %s.%s: %v", resource, group, err)
+			if denied != nil {
+				denied(fmt.Errorf("discovery of %s: %w", group, err), false)
+			}
+			next, wait = wait, min(2*wait, unknownMax)
+		case wait > time.Second: // not served, found after discovery failed
+			wait = time.Second
+			if absent != nil {
+				absent()
+			}
 		}
 		synced()
 		select {
 		case <-ctx.Done():
-		case <-time.After(recheck):
+		case <-time.After(next):
 		}
 	}
 }
+
+// unknownMax is the longest wait between two looks for a source whose discovery failed.
+const unknownMax = time.Minute
 
 // served returns the resource of group, in its preferred version, when the API serves it.
 func (t *Topology) served(group, resource string) (schema.GroupVersionResource, error) {
