@@ -107,3 +107,36 @@ func TestAnswersBoundedByTheReply(t *testing.T) {
 		}
 	}
 }
+
+// An SRV answer makes no more records than the reply holds, however many ports a target has: a
+// pod of a Service of 20,000 ports (what an EndpointSlice may hold) makes a reply's worth of SRV
+// records over UDP, not 20,000; the weight of the tier still counts them all.
+func TestSRVBoundedByTheReplyInPorts(t *testing.T) {
+	ports := make([]index.Port, 20000)
+	for i := range ports {
+		ports[i] = index.Port{Name: fmt.Sprintf("p%d", i), Port: int32(1024 + i), Protocol: "TCP"}
+	}
+	many := index.Key{Namespace: "db", Name: "many"}
+	src := indextest.New()
+	src.Add(many, &index.Member{Namespace: "db", Name: "many", Origin: index.Origin{Ports: ports}},
+		indextest.Slice(ports, indextest.Endpoint("many-0", "10.5.0.1")))
+	g := newGlobal(t, src, many)
+	for _, q := range []struct {
+		qname string
+		tcp   bool
+		most  int
+	}{
+		{"many.db.global.", false, 4096/minSRVRR + 1}, // serveOver asks with a buffer of 4096
+		{"many.db.global.", true, dns.MaxMsgSize/minSRVRR + 1},
+		{"_p19999._tcp.many.db.global.", false, 1},
+	} {
+		m := serveOver(t, g, q.qname, dns.TypeSRV, &test.ResponseWriter{TCP: q.tcp})
+		if len(m.Answer) == 0 || len(m.Answer) > q.most {
+			t.Errorf("%s (TCP %v): made %d SRV records, want 1 to %d", q.qname, q.tcp, len(m.Answer), q.most)
+			continue
+		}
+		if w := m.Answer[0].(*dns.SRV).Weight; q.most > 1 && w != 1 {
+			t.Errorf("%s: weight %d, want 1 (100 shared by 20,000)", q.qname, w)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -361,22 +362,27 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 		for _, r := range t.AAAA {
 			extra = append(extra, glue.next(mk, target, r.Endpoint))
 		}
+		made := int32(0)
 		for _, p := range t.Ports {
+			if made == t.made {
+				break // the rest would not fit
+			}
 			if n.matchesPort(p) {
 				srv := &srvRecords[len(answer)] // filled in place, as addrs
 				srv.Hdr, srv.Priority, srv.Weight, srv.Port, srv.Target = mk.hdr(owner, dns.TypeSRV), uint16(t.Tier), weight, uint16(p.Port), target
-				answer = append(answer, srv)
+				answer, made = append(answer, srv), made+1
 			}
 		}
 	}
 	return answer, extra
 }
 
-// srvTarget is a target of an SRV answer, how many of its ports the question matches, and the
-// length of its name, <host>.<cluster>.<domain>.
+// srvTarget is a target of an SRV answer, how many of its ports the question matches, how many
+// of those the answer holds (made: a reply has room for so many, however many ports a Service
+// has), and the length of its name, <host>.<cluster>.<domain>.
 type srvTarget struct {
 	index.Target
-	srvs, nameLen int32 // 64 bytes in all, 8 of them on srv's stack
+	srvs, made, nameLen int32
 }
 
 // srvSize is what an SRV answer holds: SRV records, glue of each family, and the bytes of its
@@ -393,12 +399,7 @@ func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string,
 	var size srvSize
 	least := 0 // the least bytes the targets so far take
 	for t := range kept.Targets() {
-		ports := 0
-		for _, p := range t.Ports {
-			if n.matchesPort(p) {
-				ports++
-			}
-		}
+		ports := matching(t.Ports, n)
 		switch {
 		case ports == 0:
 		case least > replySize && t.Tier != targets[len(targets)-1].Tier:
@@ -410,13 +411,37 @@ func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string,
 				size.lastTier = 0
 			}
 			l := len(t.Host) + 1 + len(t.Cluster) + 1 + domainLen
-			targets = append(targets, srvTarget{t, int32(ports), int32(l)})
-			size.srvs, size.v4, size.v6, size.names = size.srvs+ports, size.v4+len(t.A), size.v6+len(t.AAAA), size.names+l
+			perSRV := minSRVRR + len(t.Host) + len(t.Cluster) + 4
+			made := min(ports, (replySize-least)/perSRV+1) // and one more than fits: the server cuts, and says so
+			targets = append(targets, srvTarget{t, int32(ports), int32(made), int32(l)})
+			size.srvs, size.v4, size.v6, size.names = size.srvs+made, size.v4+len(t.A), size.v6+len(t.AAAA), size.names+l
 			size.lastTier += ports
-			least += ports*(minSRVRR+len(t.Host)+len(t.Cluster)+4) + len(t.A)*minAddrRR + len(t.AAAA)*(minAddrRR+12)
+			least += made*perSRV + len(t.A)*minAddrRR + len(t.AAAA)*(minAddrRR+12)
 		}
 	}
 	return targets, size
+}
+
+// matching counts the ports of ps that n asks for: all of them for a name without port labels,
+// else at most one (a Service's and a slice's port names are unique), found by a scan that stops
+// there.
+func matching(ps []index.Port, n *name) int {
+	switch {
+	case n.port == "" && n.proto == "":
+		return len(ps)
+	case n.port != "":
+		if slices.ContainsFunc(ps, n.matchesPort) {
+			return 1
+		}
+		return 0
+	}
+	c := 0
+	for _, p := range ps {
+		if n.matchesPort(p) {
+			c++
+		}
+	}
+	return c
 }
 
 // targetNames returns the names of targets, one after another in one string of size bytes. The

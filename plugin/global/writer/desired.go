@@ -72,11 +72,14 @@ type endpoint struct {
 // that renamed a port (db:5432 here, postgres:5432 there) thus still get one valid Service.
 func desiredService(s *index.Service, name, owner string) *corev1.Service {
 	var ports []corev1.ServicePort
+	// What is taken, by name and by number and protocol: linear in the ports, which a Service may
+	// have thousands of.
+	names, numbers := map[string]bool{}, map[index.Port]bool{}
 	for _, m := range s.Members {
 		for _, p := range m.Ports {
-			if !slices.ContainsFunc(ports, func(sp corev1.ServicePort) bool {
-				return sp.Name == p.Name || sp.Port == p.Port && sp.Protocol == corev1.Protocol(p.Protocol)
-			}) {
+			number := index.Port{Port: p.Port, Protocol: p.Protocol}
+			if !names[p.Name] && !numbers[number] {
+				names[p.Name], numbers[number] = true, true
 				ports = append(ports, corev1.ServicePort{Name: p.Name, Port: p.Port, Protocol: corev1.Protocol(p.Protocol), TargetPort: intstr.FromInt32(p.Port)})
 			}
 		}
