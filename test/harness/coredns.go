@@ -77,6 +77,7 @@ type CoreDNS struct {
 	HealthAddr  string // host:port of the health plugin, if the Corefile has it
 	ReadyAddr   string // host:port of the ready plugin, if the Corefile has it
 	MetricsAddr string // host:port of the prometheus plugin, if the Corefile has it
+	PprofAddr   string // host:port of the pprof plugin, if the Corefile has it
 	Dir         string // holds Corefile and coredns.log
 
 	proc *process
@@ -124,6 +125,7 @@ type corefileData struct {
 	kubeconfig             string
 	port                   int
 	health, ready, metrics string
+	pprof                  string
 	usedPort, usedKcfg     bool
 	taken                  map[int]bool // ports handed out, kept distinct
 	err                    error
@@ -140,6 +142,9 @@ func (d *corefileData) Ready() string { return d.addr(&d.ready) }
 
 // Metrics is a free host:port for the prometheus plugin.
 func (d *corefileData) Metrics() string { return d.addr(&d.metrics) }
+
+// Pprof is a free host:port for the pprof plugin.
+func (d *corefileData) Pprof() string { return d.addr(&d.pprof) }
 
 // Kubeconfig is the kubeconfig path for the kubernetes-style plugins.
 func (d *corefileData) Kubeconfig() string { d.usedKcfg = true; return d.kubeconfig }
@@ -232,6 +237,7 @@ func startCoreDNSTemplate(bin string, tmpl *template.Template, dir string, o cor
 		HealthAddr:  d.health,
 		ReadyAddr:   d.ready,
 		MetricsAddr: d.metrics,
+		PprofAddr:   d.pprof,
 		Dir:         dir,
 	}
 	return c, c.run(bin, b.String(), nil, o.env)

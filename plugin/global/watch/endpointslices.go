@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -60,7 +61,7 @@ func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *inde
 		if e.Zone != nil || e.NodeName != nil || e.TargetRef != nil {
 			// A cluster's zones and nodes are few, each the place of many endpoints: one copy.
 			zone, node := ptr.Deref(e.Zone, ""), ptr.Deref(e.NodeName, "")
-			ep.Local = &index.Placement{Zone: places.get(zone, zone), NodeName: places.get(node, node)}
+			ep.Local = &index.Placement{Zone: internString(places, zone), NodeName: internString(places, node)}
 			if e.TargetRef != nil && e.TargetRef.Kind == "Pod" {
 				ep.Local.Pod = e.TargetRef.Name
 			}
@@ -90,8 +91,12 @@ func convertSlice(es *discoveryv1.EndpointSlice, mirror bool, p *problems) *inde
 	return out
 }
 
-// convertPorts keeps the ports that have a number.
+// convertPorts keeps the ports that have a number, the first maxPorts.
 func convertPorts(ps []discoveryv1.EndpointPort, p *problems) []index.Port {
+	if len(ps) > maxPorts {
+		p.add(ReasonTooManyPorts, fmt.Sprintf("%d ports: the first %d kept", len(ps), maxPorts))
+		ps = ps[:maxPorts]
+	}
 	var out []index.Port
 	for _, sp := range ps {
 		if sp.Port == nil {

@@ -1,7 +1,9 @@
 package watch
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -45,6 +47,19 @@ const (
 	ReasonBadPodMirror       = "invalid_pod_mirror"
 	ReasonNoGatewayIdentity  = "mirror_without_gateway_identity"
 	ReasonBadPolicy          = "invalid_policy"
+	ReasonTooManyPorts       = "too_many_ports"
+	ReasonLongAnnotation     = "annotation_too_long"
+)
+
+// What is kept of one object is bounded, whatever a tenant writes into it: every replica keeps it,
+// and the cluster's own DNS too where the plugin runs in its CoreDNS.
+const (
+	// maxPorts is the most ports kept of a Service or an EndpointSlice, the first ones: a pod of a
+	// database has a few; an SRV record per port beyond a reply's room is never answered.
+	maxPorts = 100
+	// maxAnnotationValue is the longest value of an annotation kept (to write on the -global
+	// objects): Linkerd's are names and port lists of a few dozen bytes.
+	maxAnnotationValue = 1024
 )
 
 // mirrorMember classifies a Service seen by the mirror Services' reflector. It returns the member
@@ -71,7 +86,7 @@ func mirrorMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	if !ok {
 		return nil, index.Key{}
 	}
-	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s)},
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Cluster: cluster, Ports: servicePorts(s, p)},
 		Settings: settings(s, p)}
 	return m, index.Key{Namespace: s.Namespace, Name: name}
 }
@@ -120,7 +135,7 @@ func localMember(s *corev1.Service, p *problems) (*index.Member, index.Key) {
 	if s.Labels[LabelMirroredService] == "true" || s.Spec.ClusterIP != corev1.ClusterIPNone || len(validation.IsDNS1123Label(s.Name)) > 0 {
 		return nil, index.Key{}
 	}
-	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s)},
+	m := &index.Member{Namespace: s.Namespace, Name: s.Name, Origin: index.Origin{Ports: servicePorts(s, p)},
 		Settings: settings(s, p)}
 	return m, index.Key{Namespace: s.Namespace, Name: s.Name}
 }
@@ -142,12 +157,12 @@ func policy(s *corev1.Service, p *problems) *index.Policy {
 
 // settings are what the owner of s set on it that the plugin uses: nil when none.
 func settings(s *corev1.Service, p *problems) *index.Settings {
-	as, pol := index.KeepAnnotations(s.Annotations, index.ServiceAnnotationKeys), policy(s, p)
+	as, pol := keptAnnotations(s.Annotations, index.ServiceAnnotationKeys, p), policy(s, p)
 	if as == nil && pol == nil {
 		return nil
 	}
 	if as != nil {
-		as = *internAnnotations(as)
+		as = internAnnotations(as)
 	}
 	return &index.Settings{Annotations: as, Policy: pol}
 }
@@ -160,7 +175,7 @@ func settings(s *corev1.Service, p *problems) *index.Settings {
 // the mirror's name starts with it; its namespace the mirror's): the rest is what every mirror of
 // one Link shares.
 func mirrorSliceAnnotations(es *discoveryv1.EndpointSlice, p *problems) *index.Annotations {
-	as := index.KeepAnnotations(es.Annotations, index.SliceAnnotationKeys)
+	as := keptAnnotations(es.Annotations, index.SliceAnnotationKeys, p)
 	if _, ok := as.Get(index.AnnotationGatewayIdentity); !ok {
 		p.add(ReasonNoGatewayIdentity, "no "+index.AnnotationGatewayIdentity+" annotation: the slices written for its cluster carry none")
 	}
@@ -173,15 +188,39 @@ func mirrorSliceAnnotations(es *discoveryv1.EndpointSlice, p *problems) *index.A
 			}
 		}
 	}
-	return internAnnotations(as)
+	if as = internAnnotations(as); as == nil {
+		return nil
+	}
+	return &as
 }
 
-func servicePorts(s *corev1.Service) []index.Port {
-	out := make([]index.Port, 0, len(s.Spec.Ports))
-	for _, p := range s.Spec.Ports {
-		out = append(out, index.Port{Name: p.Name, Port: p.Port, Protocol: protocol(p.Protocol)})
+func servicePorts(s *corev1.Service, p *problems) []index.Port {
+	ps := s.Spec.Ports
+	if len(ps) > maxPorts {
+		p.add(ReasonTooManyPorts, fmt.Sprintf("%d ports: the first %d kept", len(ps), maxPorts))
+		ps = ps[:maxPorts]
+	}
+	out := make([]index.Port, 0, len(ps))
+	for _, sp := range ps {
+		out = append(out, index.Port{Name: sp.Name, Port: sp.Port, Protocol: protocol(sp.Protocol)})
 	}
 	return internPorts(out)
+}
+
+// keptAnnotations returns the annotations of all whose keys are in keys, but those of values
+// longer than maxAnnotationValue.
+func keptAnnotations(all map[string]string, keys []string, p *problems) index.Annotations {
+	as := slices.DeleteFunc(index.KeepAnnotations(all, keys), func(a index.Annotation) bool {
+		if len(a.Value) > maxAnnotationValue {
+			p.add(ReasonLongAnnotation, fmt.Sprintf("annotation %s of %d bytes, more than %d: not kept", a.Key, len(a.Value), maxAnnotationValue))
+			return true
+		}
+		return false
+	})
+	if len(as) == 0 {
+		return nil
+	}
+	return as
 }
 
 func protocol(p corev1.Protocol) string {

@@ -71,7 +71,7 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:
-			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
+			o.Namespace = internString(namespaces, o.Namespace)
 			p := problems{log: log, meta: &o.ObjectMeta}
 			defer p.report()
 			m := slimMeta(&o.ObjectMeta)
@@ -85,7 +85,7 @@ func transform(src source, log *problemLog) func(any) (any, error) {
 			member, global := mirrorMember(o, &p)
 			return &service{meta: m, member: member, global: global.Name}, nil
 		case *discoveryv1.EndpointSlice:
-			o.Namespace = namespaces.get(o.Namespace, o.Namespace)
+			o.Namespace = internString(namespaces, o.Namespace)
 			p := problems{log: log, meta: &o.ObjectMeta}
 			defer p.report()
 			m, svc := slimMeta(&o.ObjectMeta), o.Labels[discoveryv1.LabelServiceName]
