@@ -174,8 +174,7 @@ func (w *Writer) Run(ctx context.Context) {
 	}
 
 	w.rec.forgetPlans()
-	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[index.Key](),
-		workqueue.TypedRateLimitingQueueConfig[index.Key]{Name: telemetry.Plugin})
+	q := newTermQueue()
 	w.queue.Store(&q)
 	defer w.queue.CompareAndSwap(&q, nil) // only its own: never a later term's
 

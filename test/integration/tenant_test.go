@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
@@ -105,4 +106,61 @@ func heapInUse(t *testing.T, c *harness.CoreDNS) float64 {
 	v, err := strconv.ParseFloat(metric(t, c, "go_memstats_heap_inuse_bytes"), 64)
 	must(t, err)
 	return v
+}
+
+// burstCorefile writes the global services of two namespaces, with the writer's default rate.
+const burstCorefile = `global:{{.Port}} {
+    bind 127.0.0.1
+    prometheus {{.Metrics}}
+    global {
+        kubeconfig {{.Kubeconfig}}
+        namespaces %[1]s %[2]s
+        lease %[1]s writer
+        cluster east
+    }
+}
+`
+
+// TestTenantBurstDoesNotStallOthers: one namespace's burst of new global services does not make
+// another namespace's wait behind it. 1,000 exported headless Services made at once in one
+// namespace queue 1,000 syncs on the writer's client (50 requests a second): the one Service made
+// in another namespace after them has its -global Service written after at most 100 more of the
+// burst's (two seconds of the writer's requests), while some are still to come, not after them all.
+func TestTenantBurstDoesNotStallOthers(t *testing.T) {
+	ctx := context.Background()
+	burst, other := namespace(t), namespace(t)
+	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(burstCorefile, burst, other))
+	eventually(t, "leading", func() error { return metricIs(t, c, "coredns_global_leader", "1") })
+	exported := func(ns, name string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{harness.LabelExported: "true"}},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}}}
+	}
+	var made sync.WaitGroup
+	for w := range 16 {
+		made.Go(func() {
+			for i := w; i < 1000; i += 16 {
+				_, err := client().CoreV1().Services(burst).Create(ctx, exported(burst, fmt.Sprint("s", i)), metav1.CreateOptions{})
+				must(t, err)
+			}
+		})
+	}
+	made.Wait()
+	writtenOfBurst := func() int {
+		l, err := client().CoreV1().Services(burst).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global"})
+		must(t, err)
+		return len(l.Items)
+	}
+	before := writtenOfBurst()
+	_, err := client().CoreV1().Services(other).Create(ctx, exported(other, "mine"), metav1.CreateOptions{})
+	must(t, err)
+	eventually(t, other+"/mine-global written", func() error {
+		_, err := client().CoreV1().Services(other).Get(ctx, "mine-global", metav1.GetOptions{})
+		return err
+	})
+	after := writtenOfBurst()
+	t.Logf("%s/mine-global written when %d of the burst's 1,000 were (%d when it was made)", other, after, before)
+	// With the burst's syncs queued before it, first come first served, it would come after them all.
+	if after == 1000 || after-before > 100 {
+		t.Errorf("%s/mine-global was written after %d more of the burst's -global Services (%d of 1,000 then): it waited behind them", other, after-before, after)
+	}
 }
