@@ -229,6 +229,16 @@ func TestServiceImports(t *testing.T) {
 			t.Errorf("the ServiceAccount creates ServiceImport %v: %v", si.Labels, err)
 		}
 	}
+	// Nor an MCS slice of ours naming another implementation's ServiceImport baz: the MCS DNS
+	// would answer it (baz is a global service here too, which the writer leaves to its owner).
+	saCore := kubernetes.NewForConfigOrDie(restConfig(t, saKubeconfig))
+	forged := barSlice.DeepCopy()
+	forged.Name, forged.Labels = "baz-forged", ourLabels("baz", mcsv1alpha1.LabelServiceName, "baz", discoveryv1.LabelManagedBy, "global.globaldns.io",
+		corev1.IsHeadlessService, "")
+	_, err = saCore.DiscoveryV1().EndpointSlices(ns).Create(ctx, forged, metav1.CreateOptions{})
+	if !deniedBy(err, "coredns-global-write-owned-imports") || !strings.Contains(err.Error(), "coredns-global writes EndpointSlices only of the ServiceImports it wrote: baz is not one") {
+		t.Errorf("the ServiceAccount writes an MCS slice of another's ServiceImport: %v", err)
+	}
 
 	t.Run("OffRemoves", func(t *testing.T) {
 		ours.Stop()
