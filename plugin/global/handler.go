@@ -64,7 +64,7 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	if !final && m.Rcode == dns.RcodeNameError && g.Fall.Through(qname) {
 		return plugin.NextOrFailure(g.Name(), g.Next, ctx, w, r)
 	}
-	if chaos || hasEDE(m) {
+	if chaos || len(m.Answer) == 0 && hasEDE(m) { // an EDE comes with no records
 		limitAmplification(&state, m)
 	}
 	w.WriteMsg(m)

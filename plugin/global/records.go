@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"slices"
 	"sort"
 	"strings"
 
@@ -426,19 +425,15 @@ func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string,
 // else at most one (a Service's and a slice's port names are unique), found by a scan that stops
 // there.
 func matching(ps []index.Port, n *name) int {
-	switch {
-	case n.port == "" && n.proto == "":
+	if n.port == "" && n.proto == "" {
 		return len(ps)
-	case n.port != "":
-		if slices.ContainsFunc(ps, n.matchesPort) {
-			return 1
-		}
-		return 0
 	}
 	c := 0
-	for _, p := range ps {
-		if n.matchesPort(p) {
-			c++
+	for i := range ps {
+		if n.matchesPort(ps[i]) {
+			if c++; n.port != "" {
+				break
+			}
 		}
 	}
 	return c
