@@ -34,49 +34,17 @@ func labelsUpToDate(have, want map[string]string) bool {
 	return true
 }
 
-func serviceUpToDate(have, want *corev1.Service) bool {
-	if len(have.Spec.Selector) > 0 || !clusterIPType(have) || !ownersUpToDate(have.OwnerReferences, want.OwnerReferences) ||
-		!labelsUpToDate(have.Labels, want.Labels) {
-		return false
-	}
-	if !annotationsUpToDate(have.Annotations, want.Annotations, index.ServiceAnnotationKeys) || len(have.Spec.Ports) != len(want.Spec.Ports) {
-		return false
-	}
-	for i, p := range want.Spec.Ports {
-		h := have.Spec.Ports[i]
-		if h.Name != p.Name || h.Port != p.Port || h.Protocol != p.Protocol || h.TargetPort != p.TargetPort {
-			return false
-		}
-	}
-	return true
+// part is one field of an object of ours that a sync compares with what it wants; detail, if
+// set, says more of a difference in the debug log of a write.
+type part[T any] struct {
+	name   string
+	equal  func(have, want T) bool
+	detail func(have, want T) string
 }
 
-// sliceParts are what sliceUpToDate compares, named for the debug log of a write (sliceDiff).
-var sliceParts = []struct {
-	name  string
-	equal func(have, want *discoveryv1.EndpointSlice) bool
-}{
-	{"labels", func(have, want *discoveryv1.EndpointSlice) bool { return labelsUpToDate(have.Labels, want.Labels) }},
-	{"annotations", func(have, want *discoveryv1.EndpointSlice) bool {
-		return annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys)
-	}},
-	{"owners", func(have, want *discoveryv1.EndpointSlice) bool {
-		return apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences)
-	}},
-	{"ports", func(have, want *discoveryv1.EndpointSlice) bool {
-		return apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports)
-	}},
-	{"endpoints", func(have, want *discoveryv1.EndpointSlice) bool {
-		return endpointsEqual(have.Endpoints, want.Endpoints)
-	}},
-}
-
-// sliceUpToDate compares whole ordered endpoint lists: placement keeps every endpoint where it
-// was, so equal slices list them in the same order. k8s.io/endpointslice's way (an EndpointSet of
-// the desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash)
-// would let foreign edits of fields it skips (hints) stand.
-func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
-	for _, p := range sliceParts {
+// upToDate reports whether have and want agree on every part.
+func upToDate[T any](parts []part[T], have, want T) bool {
+	for _, p := range parts {
 		if !p.equal(have, want) {
 			return false
 		}
@@ -84,20 +52,101 @@ func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
 	return true
 }
 
-// sliceDiff names the parts of have that differ from want, for the debug log of a write, with
-// the endpoints' numbers.
-func sliceDiff(have, want *discoveryv1.EndpointSlice) string {
-	var parts []string
-	for _, p := range sliceParts {
+// diff names the parts in which have differs from want, for the debug log of a write: every
+// write says why it is made.
+func diff[T any](parts []part[T], have, want T) string {
+	var out []string
+	for _, p := range parts {
 		switch {
 		case p.equal(have, want):
-		case p.name == "endpoints":
-			parts = append(parts, fmt.Sprintf("endpoints (%d, want %d)", len(have.Endpoints), len(want.Endpoints)))
+		case p.detail != nil:
+			out = append(out, p.name+" ("+p.detail(have, want)+")")
 		default:
-			parts = append(parts, p.name)
+			out = append(out, p.name)
 		}
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(out, ", ")
+}
+
+// serviceParts are what serviceUpToDate compares. A selector would have Kubernetes' EndpointSlice
+// controller write slices beside ours; another type would not be headless.
+var serviceParts = []part[*corev1.Service]{
+	{name: "selector", equal: func(have, _ *corev1.Service) bool { return len(have.Spec.Selector) == 0 }},
+	{name: "type", equal: func(have, _ *corev1.Service) bool { return clusterIPType(have) }},
+	{name: "owners", equal: func(have, want *corev1.Service) bool {
+		return ownersUpToDate(have.OwnerReferences, want.OwnerReferences)
+	}},
+	{name: "labels", equal: func(have, want *corev1.Service) bool { return labelsUpToDate(have.Labels, want.Labels) }},
+	{name: "annotations", equal: func(have, want *corev1.Service) bool {
+		return annotationsUpToDate(have.Annotations, want.Annotations, index.ServiceAnnotationKeys)
+	}},
+	{name: "ports", equal: func(have, want *corev1.Service) bool {
+		return slices.EqualFunc(have.Spec.Ports, want.Spec.Ports, func(h, w corev1.ServicePort) bool {
+			return h.Name == w.Name && h.Port == w.Port && h.Protocol == w.Protocol && h.TargetPort == w.TargetPort
+		})
+	}, detail: func(have, want *corev1.Service) string {
+		return fmt.Sprintf("%d, want %d", len(have.Spec.Ports), len(want.Spec.Ports))
+	}},
+}
+
+func serviceUpToDate(have, want *corev1.Service) bool { return upToDate(serviceParts, have, want) }
+
+// sliceParts are what sliceUpToDate compares.
+var sliceParts = []part[*discoveryv1.EndpointSlice]{
+	{name: "labels", equal: func(have, want *discoveryv1.EndpointSlice) bool { return labelsUpToDate(have.Labels, want.Labels) }},
+	{name: "annotations", equal: func(have, want *discoveryv1.EndpointSlice) bool {
+		return annotationsUpToDate(have.Annotations, want.Annotations, index.SliceAnnotationKeys)
+	}},
+	{name: "owners", equal: func(have, want *discoveryv1.EndpointSlice) bool {
+		return apiequality.Semantic.DeepEqual(have.OwnerReferences, want.OwnerReferences)
+	}},
+	{name: "ports", equal: func(have, want *discoveryv1.EndpointSlice) bool {
+		return apiequality.Semantic.DeepEqual(normalPorts(have.Ports), want.Ports)
+	}},
+	{name: "endpoints", equal: func(have, want *discoveryv1.EndpointSlice) bool {
+		return endpointsEqual(have.Endpoints, want.Endpoints)
+	}, detail: endpointsDiff},
+}
+
+// sliceUpToDate compares whole ordered endpoint lists: placement keeps every endpoint where it
+// was, so equal slices list them in the same order. k8s.io/endpointslice's way (an EndpointSet of
+// the desired endpoints, each stored one looked up and compared with EndpointsEqualBeyondHash)
+// would let foreign edits of fields it skips (hints) stand.
+func sliceUpToDate(have, want *discoveryv1.EndpointSlice) bool {
+	return upToDate(sliceParts, have, want)
+}
+
+// endpointsDiff says how two endpoint lists differ: their numbers, and the first endpoint that
+// differs with the fields that do.
+func endpointsDiff(have, want *discoveryv1.EndpointSlice) string {
+	out := fmt.Sprintf("%d, want %d", len(have.Endpoints), len(want.Endpoints))
+	for i := range min(len(have.Endpoints), len(want.Endpoints)) {
+		if h, w := have.Endpoints[i], want.Endpoints[i]; !endpointsEqual([]discoveryv1.Endpoint{h}, []discoveryv1.Endpoint{w}) {
+			return out + fmt.Sprintf("; #%d %s: %s", i, strings.Join(w.Addresses, ","), endpointFieldsDiff(h, w))
+		}
+	}
+	return out
+}
+
+// endpointFieldsDiff names the fields of an endpoint that differ.
+func endpointFieldsDiff(h, w discoveryv1.Endpoint) string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		a, b any
+	}{
+		{"addresses", h.Addresses, w.Addresses}, {"conditions", h.Conditions, w.Conditions}, {"hostname", h.Hostname, w.Hostname},
+		{"targetRef", h.TargetRef, w.TargetRef}, {"nodeName", h.NodeName, w.NodeName}, {"zone", h.Zone, w.Zone},
+		{"hints", h.Hints, w.Hints}, {"deprecatedTopology", h.DeprecatedTopology, w.DeprecatedTopology},
+	} {
+		if !apiequality.Semantic.DeepEqual(f.a, f.b) {
+			out = append(out, f.name)
+		}
+	}
+	if len(out) == 0 {
+		return "a field this version does not know"
+	}
+	return strings.Join(out, ", ")
 }
 
 // endpointsEqual compares endpoints by their protobuf encoding, the form the API server stores:
@@ -149,9 +198,22 @@ func portsKey(ps []discoveryv1.EndpointPort) string {
 	return index.PortsKey(ip)
 }
 
-func importUpToDate(have, want *mcsv1alpha1.ServiceImport) bool {
-	return labelsUpToDate(have.Labels, want.Labels) && have.Spec.Type == want.Spec.Type && len(have.Spec.IPs) == 0 && ownersUpToDate(have.OwnerReferences, want.OwnerReferences) &&
-		slices.EqualFunc(have.Spec.Ports, want.Spec.Ports, func(a, b mcsv1alpha1.ServicePort) bool {
+// importParts are what importUpToDate compares: the MCS controllers set IPs of a ClusterSetIP
+// import; a headless one has none.
+var importParts = []part[*mcsv1alpha1.ServiceImport]{
+	{name: "labels", equal: func(have, want *mcsv1alpha1.ServiceImport) bool { return labelsUpToDate(have.Labels, want.Labels) }},
+	{name: "type", equal: func(have, want *mcsv1alpha1.ServiceImport) bool { return have.Spec.Type == want.Spec.Type }},
+	{name: "ips", equal: func(have, _ *mcsv1alpha1.ServiceImport) bool { return len(have.Spec.IPs) == 0 }},
+	{name: "owners", equal: func(have, want *mcsv1alpha1.ServiceImport) bool {
+		return ownersUpToDate(have.OwnerReferences, want.OwnerReferences)
+	}},
+	{name: "ports", equal: func(have, want *mcsv1alpha1.ServiceImport) bool {
+		return slices.EqualFunc(have.Spec.Ports, want.Spec.Ports, func(a, b mcsv1alpha1.ServicePort) bool {
 			return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.AppProtocol == nil
 		})
+	}},
+}
+
+func importUpToDate(have, want *mcsv1alpha1.ServiceImport) bool {
+	return upToDate(importParts, have, want)
 }

@@ -103,18 +103,37 @@ func TestLabelsUpToDate(t *testing.T) {
 	}
 }
 
-// TestSliceDiff: the debug log of a write names what sliceUpToDate found different, and nothing
-// when it found nothing.
-func TestSliceDiff(t *testing.T) {
+// TestWriteReasons: the debug log of a write names what the comparison found different (for an
+// endpoint, which one and its fields), and nothing when it found nothing.
+func TestWriteReasons(t *testing.T) {
 	want := &discoveryv1.EndpointSlice{Endpoints: testEndpoints(2), Ports: normalPorts([]discoveryv1.EndpointPort{{Port: ptr.To[int32](5432)}})}
 	want.Labels = map[string]string{LabelManagedBy: ManagedBy}
 	have := want.DeepCopy()
-	if d := sliceDiff(have, want); d != "" || !sliceUpToDate(have, want) {
+	if d := diff(sliceParts, have, want); d != "" || !sliceUpToDate(have, want) {
 		t.Errorf("equal slices: diff %q", d)
 	}
 	have.Labels = nil
 	have.Endpoints = have.Endpoints[:1]
-	if d := sliceDiff(have, want); d != "labels, endpoints (1, want 2)" || sliceUpToDate(have, want) {
+	if d := diff(sliceParts, have, want); d != "labels, endpoints (1, want 2)" || sliceUpToDate(have, want) {
 		t.Errorf("diff %q", d)
+	}
+	have = want.DeepCopy()
+	have.Endpoints[1].Conditions.Ready = ptr.To(!ptr.Deref(want.Endpoints[1].Conditions.Ready, false))
+	have.Endpoints[1].Zone = ptr.To("elsewhere")
+	wantDiff := "endpoints (2, want 2; #1 " + want.Endpoints[1].Addresses[0] + ": conditions, zone)"
+	if d := diff(sliceParts, have, want); d != wantDiff || sliceUpToDate(have, want) {
+		t.Errorf("diff %q, want %q", d, wantDiff)
+	}
+
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}}}
+	svc.Labels = map[string]string{LabelManagedBy: ManagedBy}
+	stored := svc.DeepCopy()
+	if d := diff(serviceParts, stored, svc); d != "" || !serviceUpToDate(stored, svc) {
+		t.Errorf("equal Services: diff %q", d)
+	}
+	stored.Spec.Selector = map[string]string{"app": "db"}
+	stored.Spec.Ports = nil
+	if d := diff(serviceParts, stored, svc); d != "selector, ports (0, want 1)" || serviceUpToDate(stored, svc) {
+		t.Errorf("Service diff %q", d)
 	}
 }

@@ -92,7 +92,7 @@ func (r *reconciler) sync(ctx context.Context, k index.Key, s *index.Service) er
 		r.conflicts.clear(k, "")
 		r.plans.take(planKey{k, blocksGlobal})
 		r.plans.take(planKey{k, blocksMCS})
-		return errors.Join(r.deleteAll(ctx, k, all), r.deleteAll(ctx, k, mcs))
+		return errors.Join(r.deleteAll(ctx, k, all, "its global service is gone"), r.deleteAll(ctx, k, mcs, "its global service is gone"))
 	}
 	return errors.Join(r.syncGlobal(ctx, k, s, name, all), r.syncMCS(ctx, k, s, mcs))
 }
@@ -101,7 +101,7 @@ func (r *reconciler) sync(ctx context.Context, k index.Key, s *index.Service) er
 func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Service, name string, all existing) error {
 	have, haveSlices, obsolete := all.split(name)
 	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
-		if err := r.deleteAll(ctx, k, obsolete); err != nil {
+		if err := r.deleteAll(ctx, k, obsolete, "written under other settings"); err != nil {
 			return err
 		}
 		return r.conflicts.report(k, blocksGlobal, nil, fmt.Sprintf("cannot write Service %s/%s: %v", k.Namespace, name, errs))
@@ -118,7 +118,7 @@ func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Servi
 		return err
 	}
 	// Last, so that the new objects are in place before the old ones go.
-	if err := r.deleteAll(ctx, k, obsolete); err != nil {
+	if err := r.deleteAll(ctx, k, obsolete, "written under other settings"); err != nil {
 		return err
 	}
 	r.conflicts.clear(k, blocksGlobal)
@@ -131,7 +131,7 @@ func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service,
 	switch {
 	case !r.cfg.ServiceImports || !r.store.importsAvailable.Load():
 		r.conflicts.clear(k, blocksMCS)
-		return r.deleteAll(ctx, k, have)
+		return r.deleteAll(ctx, k, have, "serviceimports off, or no ServiceImport CRD")
 	case !r.store.importsSynced():
 		return errStale
 	}
@@ -153,7 +153,7 @@ func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service,
 	if errors.Is(err, errConflict) {
 		// Someone else's ServiceImport: our slices would add endpoints to it.
 		obsolete.slices = have.slices
-		return errors.Join(err, r.deleteAll(ctx, k, obsolete))
+		return errors.Join(err, r.deleteAll(ctx, k, obsolete, "another's ServiceImport holds the name"))
 	}
 	if err != nil {
 		return err
@@ -161,7 +161,7 @@ func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service,
 	if err := r.syncSlices(ctx, k, mcsSet(k, si, r.cfg.Owner), s, have.slices); err != nil {
 		return err
 	}
-	if err := r.deleteAll(ctx, k, obsolete); err != nil {
+	if err := r.deleteAll(ctx, k, obsolete, "written under other settings"); err != nil {
 		return err
 	}
 	r.conflicts.clear(k, blocksMCS)
@@ -169,13 +169,14 @@ func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service,
 }
 
 // deleteAll deletes cur, slices first: deleting a Service also garbage-collects its slices, but
-// deleting them first makes the result independent of the garbage collector's pace.
-func (r *reconciler) deleteAll(ctx context.Context, k index.Key, cur existing) error {
+// deleting them first makes the result independent of the garbage collector's pace. why is logged.
+func (r *reconciler) deleteAll(ctx context.Context, k index.Key, cur existing, why string) error {
 	var errs []error
 	for _, es := range cur.slices {
-		errs = append(errs, r.deleteSlice(ctx, es))
+		errs = append(errs, r.deleteSlice(ctx, es, why))
 	}
 	for _, svc := range cur.services {
+		logWrite("deleting", "Service", &svc.ObjectMeta, func() string { return why })
 		err := r.client.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, preconditions(&svc.ObjectMeta))
 		if apierrors.IsNotFound(err) {
 			continue
@@ -186,15 +187,27 @@ func (r *reconciler) deleteAll(ctx context.Context, k index.Key, cur existing) e
 		}
 	}
 	for _, si := range cur.imports {
+		logWrite("deleting", "ServiceImport", &si.ObjectMeta, func() string { return why })
 		errs = append(errs, r.deleteImport(ctx, si))
 	}
 	return errors.Join(errs...)
 }
 
+// logWrite says at debug which object a sync writes and why, so that any write can be explained
+// (why is only called when the log shows it: a diff compares the objects again).
+func logWrite(verb, kind string, m *metav1.ObjectMeta, why func() string) {
+	if clog.D.Value() {
+		telemetry.Log.Debugf("writer: %s %s %s/%s: %s", verb, kind, m.Namespace, m.Name, why())
+	}
+}
+
+func absent() string { return "absent" }
+
 // syncService creates or updates our Service; it returns the Service the slices belong to.
 func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *corev1.Service) (*corev1.Service, error) {
 	api := r.client.CoreV1().Services(want.Namespace)
 	if have == nil {
+		logWrite("creating", "Service", &want.ObjectMeta, absent)
 		created, err := api.Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil, r.alreadyExists(ctx, k, blocksGlobal, func() (metav1.Object, error) {
@@ -206,7 +219,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 	if serviceUpToDate(have, want) {
 		return have, nil
 	}
-	telemetry.Log.Debugf("writer: updating Service %s/%s", have.Namespace, have.Name)
+	logWrite("updating", "Service", &have.ObjectMeta, func() string { return diff(serviceParts, have, want) + " differ" })
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	setAnnotations(&upd.ObjectMeta, want.Annotations, index.ServiceAnnotationKeys)
@@ -228,6 +241,7 @@ func (r *reconciler) syncService(ctx context.Context, k index.Key, want, have *c
 func (r *reconciler) syncImport(ctx context.Context, k index.Key, want, have *mcsv1alpha1.ServiceImport) (*mcsv1alpha1.ServiceImport, error) {
 	api := r.mcs.MulticlusterV1alpha1().ServiceImports(want.Namespace)
 	if have == nil {
+		logWrite("creating", "ServiceImport", &want.ObjectMeta, absent)
 		created, err := api.Create(ctx, want, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return nil, r.alreadyExists(ctx, k, blocksMCS, func() (metav1.Object, error) {
@@ -239,6 +253,7 @@ func (r *reconciler) syncImport(ctx context.Context, k index.Key, want, have *mc
 	if importUpToDate(have, want) {
 		return have, nil
 	}
+	logWrite("updating", "ServiceImport", &have.ObjectMeta, func() string { return diff(importParts, have, want) + " differ" })
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	upd.Spec.Type, upd.Spec.Ports, upd.Spec.IPs = want.Spec.Type, want.Spec.Ports, nil
@@ -307,7 +322,7 @@ func (r *reconciler) write(ctx context.Context, k index.Key, set sliceSet, w sli
 		return err
 	}
 	for _, es := range obsolete {
-		errs = append(errs, r.deleteSlice(ctx, es))
+		errs = append(errs, r.deleteSlice(ctx, es, "no endpoint is placed in it"))
 		delete(w.plan.written, es.Name)
 	}
 	return errors.Join(errs...)
@@ -322,7 +337,7 @@ func (r *reconciler) writeSlice(ctx context.Context, k index.Key, set sliceSet, 
 }
 
 func (r *reconciler) createSlice(ctx context.Context, k index.Key, blocks string, want *discoveryv1.EndpointSlice) (string, error) {
-	telemetry.Log.Debugf("writer: creating EndpointSlice %s/%s", want.Namespace, want.Name)
+	logWrite("creating", "EndpointSlice", &want.ObjectMeta, absent)
 	api := r.client.DiscoveryV1().EndpointSlices(want.Namespace)
 	created, err := api.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -343,9 +358,7 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 	if sliceUpToDate(have, want) {
 		return have.ResourceVersion, nil
 	}
-	if clog.D.Value() { // sliceDiff compares the slices again: only when the log shows it
-		telemetry.Log.Debugf("writer: updating EndpointSlice %s/%s: %s differ", have.Namespace, have.Name, sliceDiff(have, want))
-	}
+	logWrite("updating", "EndpointSlice", &have.ObjectMeta, func() string { return diff(sliceParts, have, want) + " differ" })
 	upd := have.DeepCopy()
 	maps.Copy(upd.Labels, want.Labels)
 	setAnnotations(&upd.ObjectMeta, want.Annotations, index.SliceAnnotationKeys)
@@ -359,8 +372,8 @@ func (r *reconciler) updateSlice(ctx context.Context, have, want *discoveryv1.En
 	return updated.ResourceVersion, r.updated(nil)
 }
 
-func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSlice) error {
-	telemetry.Log.Debugf("writer: deleting EndpointSlice %s/%s", es.Namespace, es.Name)
+func (r *reconciler) deleteSlice(ctx context.Context, es *discoveryv1.EndpointSlice, why string) error {
+	logWrite("deleting", "EndpointSlice", &es.ObjectMeta, func() string { return why })
 	err := r.client.DiscoveryV1().EndpointSlices(es.Namespace).Delete(ctx, es.Name, preconditions(&es.ObjectMeta))
 	if apierrors.IsNotFound(err) { // already gone (the garbage collector, or an earlier try)
 		return nil
