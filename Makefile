@@ -56,7 +56,7 @@ export GLOBAL_HELM4_BIN        := $(HELM4)
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build version image release previous controlplane promtool helm test test-k8s integration unit run dig dnsperf bench soak hunt vet fuzz clean help
+.PHONY: all build version image release previous controlplane promtool helm test testbins test-k8s integration unit run dig dnsperf bench soak hunt vet fuzz clean help
 all: build
 
 help:
@@ -94,11 +94,14 @@ version:
 # template and rolls.
 IMAGE_SOURCE      ?= https://github.com/globaldns/global
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+# bin/oci-image is the builder, which TestImage runs again to check that it is reproducible.
+export GLOBAL_IMAGE_BUILDER := $(CURDIR)/bin/oci-image
 image:
 	for arch in amd64 arm64; do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/coredns-linux-$$arch ./coredns || exit 1; \
 	done
-	cd deploy/image && SOURCE_DATE_EPOCH=$(or $(SOURCE_DATE_EPOCH),0) $(GO) run . -tag '$(IMAGE)' -o $(GLOBAL_IMAGE_TAR) \
+	cd deploy/image && $(GO) build -o $(GLOBAL_IMAGE_BUILDER) .
+	SOURCE_DATE_EPOCH=$(or $(SOURCE_DATE_EPOCH),0) $(GLOBAL_IMAGE_BUILDER) -tag '$(IMAGE)' -o $(GLOBAL_IMAGE_TAR) \
 		-amd64 $(CURDIR)/bin/coredns-linux-amd64 -arm64 $(CURDIR)/bin/coredns-linux-arm64 \
 		-source '$(IMAGE_SOURCE)' -revision '$(shell git rev-parse HEAD 2>/dev/null)' -version '$(VERSION)'
 
@@ -193,11 +196,20 @@ vet:
 	cd deploy/image && $(GO) vet ./...
 	cd deploy/linkerd-global && $(GO) vet ./...
 
-test: build image release previous controlplane helm promtool vet dig
+test: build image release previous controlplane helm promtool testbins vet dig
 	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd deploy/image && $(GO) test -count=1 ./...
 	cd deploy/linkerd-global && $(GO) test -count=1 ./...
+
+# The helpers the tests run, built here so that no test runs a compiler: the resolver client of
+# the short-name tests, pure Go and (where a C compiler is) cgo.
+export GLOBAL_LOOKUP_BIN     := $(CURDIR)/bin/lookup
+export GLOBAL_LOOKUP_CGO_BIN := $(CURDIR)/bin/lookup-cgo
+testbins:
+	CGO_ENABLED=0 $(GO) build -o $(GLOBAL_LOOKUP_BIN) ./test/integration/testdata/lookup
+	CGO_ENABLED=1 $(GO) build -o $(GLOBAL_LOOKUP_CGO_BIN) ./test/integration/testdata/lookup || \
+		{ rm -f $(GLOBAL_LOOKUP_CGO_BIN); echo "no cgo build of the lookup helper: the tests use glibc through getent only"; }
 
 # The integration suite (and the harness's own tests) against another Kubernetes release's control
 # plane, K8S=<version> from the module proxy (make test-k8s K8S=1.30.14), built once like the pinned
@@ -208,7 +220,7 @@ K8S ?=
 # chart's kubeVersion and docs/install.md state this range, no wider (TestKubernetesRange).
 K8S_TESTED := v1.30.14 v1.37.2
 export GLOBAL_K8S_TESTED := $(K8S_TESTED)
-test-k8s: build image release previous helm promtool dig
+test-k8s: build image release previous helm promtool testbins dig
 	@test -n "$(K8S)" || { echo "usage: make test-k8s K8S=<Kubernetes version>, e.g. K8S=1.30.14"; exit 1; }
 	$(MAKE) controlplane K8S_VERSION=v$(patsubst v%,%,$(K8S))
 	$(MAKE) integration K8S_VERSION=v$(patsubst v%,%,$(K8S))

@@ -9,12 +9,17 @@ import (
 
 // What `make test` builds besides the control plane, and the variables that name them: the pinned
 // Helm CLIs (test/tools/helm3, helm4: the chart must work with both majors), promtool
-// (test/tools/promtool) and the image tarball (`make image`).
+// (test/tools/promtool), the image tarball and the builder that wrote it (`make image`), and the
+// resolver client the short-name test runs (test/integration/testdata/lookup, pure Go and cgo).
+// No test runs a compiler: what it runs is built before, once.
 const (
-	EnvHelm3Bin    = "GLOBAL_HELM3_BIN"
-	EnvHelm4Bin    = "GLOBAL_HELM4_BIN"
-	EnvPromtoolBin = "GLOBAL_PROMTOOL_BIN"
-	EnvImageTar    = "GLOBAL_IMAGE_TAR"
+	EnvHelm3Bin     = "GLOBAL_HELM3_BIN"
+	EnvHelm4Bin     = "GLOBAL_HELM4_BIN"
+	EnvPromtoolBin  = "GLOBAL_PROMTOOL_BIN"
+	EnvImageTar     = "GLOBAL_IMAGE_TAR"
+	EnvImageBuilder = "GLOBAL_IMAGE_BUILDER"
+	EnvLookupBin    = "GLOBAL_LOOKUP_BIN"
+	EnvLookupCgoBin = "GLOBAL_LOOKUP_CGO_BIN"
 )
 
 // Built returns the path the variable env names, of what `make target` builds, or an error that

@@ -2,13 +2,13 @@ package integration
 
 import (
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -127,7 +127,7 @@ func TestAmbiguousShortNameClients(t *testing.T) {
 	})
 
 	t.Run("clients", func(t *testing.T) {
-		bin := buildLookup(t)
+		bin := builtLookup(t)
 		clients := []string{"getent", "cgo", "go"}
 		if bin.cgo == "" {
 			clients = []string{"getent", "go"}
@@ -345,33 +345,23 @@ func (p *dnsProxy) Count(qname string) int {
 	return p.count[qname]
 }
 
-// lookupBin is testdata/lookup built for the test; cgo is the cgo build (empty without a C
-// compiler), which the cgo client needs.
+// lookupBin is testdata/lookup as `make test` builds it; cgo is its cgo build (empty where the
+// Makefile found no C compiler), which the cgo client needs.
 type lookupBin struct{ pure, cgo, goVersion string }
 
-func buildLookup(t *testing.T) lookupBin {
+func builtLookup(t *testing.T) lookupBin {
 	t.Helper()
-	dir := t.TempDir()
 	var b lookupBin
-	build := func(cgo string) (string, error) {
-		out := filepath.Join(dir, "lookup-cgo"+cgo)
-		cmd := exec.Command("go", "build", "-o", out, "./testdata/lookup")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("%v: %s", err, msg)
-		}
-		return out, nil
-	}
 	var err error
-	if b.pure, err = build("0"); err != nil {
-		t.Skipf("cannot build the lookup helper: %v", err)
-	}
-	if b.cgo, err = build("1"); err != nil {
+	b.pure, err = harness.Built(harness.EnvLookupBin, "test")
+	must(t, err)
+	if b.cgo, err = harness.Built(harness.EnvLookupCgoBin, "test"); err != nil {
 		t.Logf("no cgo build (%v): glibc only through getent", err)
 		b.cgo = ""
 	}
-	v, _ := exec.Command("go", "env", "GOVERSION").Output()
-	b.goVersion = strings.TrimSpace(string(v))
+	info, err := buildinfo.ReadFile(b.pure)
+	must(t, err)
+	b.goVersion = info.GoVersion
 	return b
 }
 

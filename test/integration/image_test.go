@@ -295,14 +295,14 @@ func TestImage(t *testing.T) {
 
 	// Reproducible: the builder, run again on the binaries taken out of the image and with the
 	// same tag, labels and epoch, writes the same bytes.
-	root := repoPath(t)
 	again := filepath.Join(tmp, "again.oci.tar")
 	labels := idx.Annotations
-	cmd := exec.Command("go", "run", ".", "-tag", ref, "-o", again,
+	builder, err := harness.Built(harness.EnvImageBuilder, "image")
+	must(t, err)
+	cmd := exec.Command(builder, "-tag", ref, "-o", again,
 		"-amd64", filepath.Join(tmp, "coredns-amd64"), "-arm64", filepath.Join(tmp, "coredns-arm64"),
 		"-source", labels["org.opencontainers.image.source"], "-revision", labels["org.opencontainers.image.revision"],
 		"-version", labels["org.opencontainers.image.version"])
-	cmd.Dir = filepath.Join(root, "deploy", "image")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()))
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -60,7 +60,7 @@ func TestPolicyClients(t *testing.T) {
 		return addrs
 	}}
 	if os.Geteuid() == 0 && exec.Command("unshare", "-m", "true").Run() == nil {
-		bin := buildLookup(t)
+		bin := builtLookup(t)
 		ip := loopbackIPs(t, 1)[0]
 		startClusterDNS(t, ip, c.Addr)
 		rc := writeFile(t, "resolv.conf", fmt.Sprintf("nameserver %s\noptions ndots:1\n", ip))
