@@ -196,11 +196,22 @@ vet:
 	cd deploy/image && $(GO) vet ./...
 	cd deploy/linkerd-global && $(GO) vet ./...
 
-test: build image release previous controlplane helm promtool testbins vet dig
+# make test builds what the tests run (release builds the image first), then runs them, each phase
+# timed: the times are printed at the end (and kept in bin/test-phases). Tests marked t.Parallel
+# run TEST_PARALLEL at a time: the integration suite's mostly wait on processes
+# (test/integration/main_test.go says which may run beside others).
+TEST_PHASES   := build release previous controlplane helm promtool testbins vet dig
+TEST_PARALLEL ?= 8
+PHASES_LOG    := $(CURDIR)/bin/test-phases
+timed = (s=$$(date +%s); $(2); rc=$$?; echo "$(1): $$(( $$(date +%s) - s )) s" >> $(PHASES_LOG); exit $$rc)
+test:
+	@mkdir -p bin && : > $(PHASES_LOG)
+	@for p in $(TEST_PHASES); do $(call timed,make $$p,$(MAKE) --no-print-directory $$p) || exit 1; done
 	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
-	cd deploy/image && $(GO) test -count=1 ./...
-	cd deploy/linkerd-global && $(GO) test -count=1 ./...
+	@$(call timed,go test ./...,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./...)
+	@$(call timed,go test deploy/image,cd deploy/image && $(GO) test -count=1 ./...)
+	@$(call timed,go test deploy/linkerd-global,cd deploy/linkerd-global && $(GO) test -count=1 ./...)
+	@echo "make test's phases:"; sed 's/^/  /' $(PHASES_LOG)
 
 # The helpers the tests run, built here so that no test runs a compiler: the resolver client of
 # the short-name tests, pure Go and (where a C compiler is) cgo.
@@ -228,7 +239,7 @@ test-k8s: build image release previous helm promtool testbins dig
 # The tests under test/ alone, on what is built (TESTFLAGS='-run TestHA -v' picks and shows).
 TESTFLAGS ?=
 integration:
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) ./test/...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) $(TESTFLAGS) ./test/...
 
 # The soak: TestRandomHistory's history and faults, one after another, under about 2,000 queries a second,
 # for SOAK (a Go duration), reported into docs/soak.md. SOAKFLAGS passes more (-seed N).

@@ -225,6 +225,7 @@ func event(ns, name, typ, reason, svc string) *corev1.Event {
 // writer writes: each foreign or misshapen write is denied with the policy's message, our own
 // shapes are admitted.
 func TestWriterPolicy(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	cfg := rest.CopyConfig(cp.Config)

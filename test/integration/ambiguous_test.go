@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ import (
 // clients' behaviour is logged as a table (it belongs to their versions, not to us), and only
 // "no client gets an address" is asserted.
 func TestAmbiguousShortNameClients(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a mount namespace for /etc/resolv.conf and port 53")
 	}
@@ -252,11 +254,18 @@ func exchange(t *testing.T, addr, proto, qname string, edns bool) *dns.Msg {
 }
 
 // loopbackIPs returns n addresses 127.53.x.1 ... whose port 53 is free over UDP and TCP.
+// loopbackBlocks counts the blocks 127.53.x.0/24 handed out, each once, from a random one on.
+var (
+	loopbackBlocks atomic.Int32
+	loopbackStart  = rand.Int32N(250)
+)
+
 func loopbackIPs(t *testing.T, n int) []string {
 	t.Helper()
 	for range 20 {
 		var ips []string
-		x := 1 + rand.IntN(250)
+		// A block of its own: tests run in parallel, and a free port is free for all of them.
+		x := 1 + int(loopbackStart+loopbackBlocks.Add(1))%250
 		for i := 1; i <= n; i++ {
 			ip := fmt.Sprintf("127.53.%d.%d", x, i)
 			pc, err := net.ListenPacket("udp", ip+":53")

@@ -17,6 +17,7 @@ import (
 )
 
 func TestIPv6(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
@@ -50,6 +51,7 @@ func TestIPv6(t *testing.T) {
 }
 
 func TestShortNames(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns1, ns2 := namespace(t), namespace(t)
 	a, err := harness.CreateMirror(ctx, client(), harness.Mirror{Namespace: ns1, Service: "bar", Cluster: "west", Ports: dbPorts,
@@ -105,6 +107,7 @@ func extendedError(m *dns.Msg) *dns.EDNS0_EDE {
 // TestBigAnswer: 200 records in three tiers. UDP keeps the best-tier prefix that fits the
 // client's buffer and sets TC; TCP returns them all, in the same order.
 func TestBigAnswer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
@@ -217,6 +220,7 @@ func TestBigAnswer(t *testing.T) {
 // TestNotSynced: with an API that never answers, names in the zone are SERVFAIL (never NXDOMAIN),
 // /ready says not ready, and the apex still answers.
 func TestNotSynced(t *testing.T) {
+	t.Parallel()
 	dead, err := cp.KubeconfigFor("x") // a valid kubeconfig ...
 	must(t, err)
 	kc := strings.Replace(readFile(t, dead), cp.APIServerURL(), "https://"+freeAddr(t), 1) // ... for an API that is not there
@@ -252,6 +256,7 @@ func TestNotSynced(t *testing.T) {
 // TestReadyAndMetrics: /ready turns 200 once synced; metrics count services and records per
 // cluster; a malformed mirror is skipped with one log line and a metric, and breaks nothing.
 func TestReadyAndMetrics(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, west := fooAndWest(t)
 	// A headless "mirror" without a cluster label.

@@ -21,6 +21,7 @@ import (
 // not ready, a slice coming with a not-ready copy of a ready endpoint and going again, and the
 // linked cluster's gateway going down and up in between, which the merges that follow must keep.
 func TestBigServiceChanges(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	exported := map[string]string{"mirror.linkerd.io/exported": "true"}

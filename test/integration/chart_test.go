@@ -110,6 +110,7 @@ func isMeta(m map[string]any) bool { _, kind := m["kind"]; _, name := m["name"];
 // values-ha.yaml deploy/overlays/ha's, object by object but for Helm's bookkeeping; Helm 3 and 4
 // render the same; both lint it clean; the API server accepts every object.
 func TestChartRendersTheKustomizations(t *testing.T) {
+	t.Parallel()
 	must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
 	for _, c := range []struct{ kustomization, values string }{
 		{"deploy/base", ""},
@@ -159,6 +160,7 @@ func TestChartRendersTheKustomizations(t *testing.T) {
 // TestChartValues: the values a platform engineer sets end up in the Corefile and the objects; the
 // writer off leaves every write rule out; monitoring ships deploy/monitoring's files as they are.
 func TestChartValues(t *testing.T) {
+	// Serial: it starts the chart's Corefile, whose writer writes in every namespace.
 	helm := helms(t)["helm4"]
 	_, objs := helmTemplate(t, helm,
 		"--set", "clusterName=east,zones={global,clusterset.local},mcsZones={clusterset.local},policy.default=nearest 2",
@@ -275,6 +277,7 @@ func checkCorefileParses(t *testing.T, corefile string) {
 
 // TestChartSchema: a bad value fails at install time, saying which value and why, with Helm 3 and 4.
 func TestChartSchema(t *testing.T) {
+	t.Parallel()
 	for name, helm := range helms(t) {
 		for _, c := range []struct{ set, says string }{
 			{"replicas=0", "replicas"},
@@ -302,6 +305,7 @@ func TestChartSchema(t *testing.T) {
 // says how to build one otherwise; the tag is the chart's appVersion, the one `make image` gives,
 // pulled only when missing (a loaded image is used as it is); kubeVersion admits what make test runs.
 func TestChartImage(t *testing.T) {
+	t.Parallel()
 	appVersion := chartAppVersion(t)
 	tested := strings.TrimPrefix(kubernetesVersion(t), "v")
 	for name, helm := range helms(t) {
@@ -379,6 +383,7 @@ func kubernetesVersion(t *testing.T) string {
 // test runs, and refuses the release before the oldest and the one after the newest;
 // docs/install.md says the same range.
 func TestKubernetesRange(t *testing.T) {
+	t.Parallel()
 	tested := strings.Fields(os.Getenv("GLOBAL_K8S_TESTED"))
 	if len(tested) != 2 {
 		t.Fatalf("GLOBAL_K8S_TESTED=%q: the Makefile names the oldest and the newest release make test-k8s passed", tested)
@@ -421,6 +426,7 @@ func TestKubernetesRange(t *testing.T) {
 // only), and runs bin/coredns with each release's Corefile as its ServiceAccount, so that the
 // installed RBAC is all it has: both answer, the first writes, the second may not.
 func TestChartInstall(t *testing.T) {
+	t.Parallel()
 	cp := harness.Start(t) // of its own: the releases' cluster-scoped objects
 	ctx := context.Background()
 	admin := cp.Client
@@ -608,6 +614,7 @@ func rulesOf(t *testing.T, stream string) map[string][]string {
 // forwarders' slices readable there with clientLocality, and the write ClusterRole kept as the
 // owner, granting only its own get.
 func TestChartRBAC(t *testing.T) {
+	t.Parallel()
 	helm := helms(t)["helm4"]
 	var doc []any
 	must(t, yaml.Unmarshal([]byte(fencedBlocks(readFile(t, repoPath(t, "docs/rbac.md")), "yaml")[0]), &doc))
@@ -675,6 +682,7 @@ func TestChartRBAC(t *testing.T) {
 // ports they have, and the API server takes it. (No network plugin runs here: what enforces it is
 // the cluster's.)
 func TestChartNetworkPolicy(t *testing.T) {
+	t.Parallel()
 	helm := helms(t)["helm4"]
 	_, objs := helmTemplate(t, helm, "--set", "networkPolicy.enabled=true")
 	if from := as[networkingv1.NetworkPolicy](t, objs["NetworkPolicy/coredns-global"]).Spec.Ingress[1].From; len(from) != 1 ||
@@ -723,6 +731,7 @@ func TestChartNetworkPolicy(t *testing.T) {
 // the Corefile names one, as `linkerd global check` does). An option the chart sets whose access
 // its rules leave out fails here, not first in a cluster.
 func TestChartGrantsTheContract(t *testing.T) {
+	t.Parallel()
 	const ns, sa = "coredns-global", "coredns-global"
 	helm := helms(t)["helm4"]
 	for _, values := range []string{"", "writer.serviceImports=true,clientLocality.sources={pod}",

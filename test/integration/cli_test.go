@@ -161,6 +161,7 @@ func wantFailure(t *testing.T, cp *harness.ControlPlane, description, says strin
 // replicas as its pods (bin/coredns with the installed Corefile, as the ServiceAccount), a stock
 // bin/coredns as kube-dns, and checks: all pass; then each fault fails its check, exit status 1.
 func TestCLICheck(t *testing.T) {
+	t.Parallel()
 	cp := harness.Start(t) // of its own: the extension's cluster-scoped objects
 	ctx := context.Background()
 	must(t, cp.InstallTopologyCRDs(ctx))
@@ -572,6 +573,7 @@ func dropVerb(t *testing.T, cp *harness.ControlPlane, role, resource, verb strin
 // dry run), with no image value: the CLI runs the image of its own build, the one `make image`
 // named. Installing another build over it changes the Deployment's pod template, so it rolls.
 func TestCLIInstall(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	must(t, harness.EnsureNamespace(ctx, client(), "coredns-global"))
 	args := docCommand(t, "docs/install.md", "linkerd global install ")
@@ -622,6 +624,7 @@ func TestCLIInstall(t *testing.T) {
 // install.md's commands before helm install: TestFirstDay, TestCLIInstall). Linkerd asks every
 // linkerd-* on the PATH for its metadata on every run: the answer needs no cluster.
 func TestCLINotInstalled(t *testing.T) {
+	t.Parallel()
 	own := harness.Start(t) // of its own: nothing of the extension on it
 	bin, err := harness.Built(EnvCLIBin, "build")
 	must(t, err)

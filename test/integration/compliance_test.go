@@ -15,6 +15,7 @@ import (
 // compatibility tests and of RFC 8906 (a server must answer, correctly, whatever it is asked), plus
 // case, name length and answer size limits. The dig equivalents are in docs/troubleshooting.md.
 func TestProtocolCompliance(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, west := fooAndWest(t)
 	// Three services of 30, 74 and 255 records in two tiers, for the size limits.

@@ -102,6 +102,7 @@ func localFooIn(t *testing.T, c kubernetes.Interface, ns string) {
 }
 
 func TestCoreScenario(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, west := fooAndWest(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true, false))

@@ -19,6 +19,7 @@ import (
 // apex. Only listen ports are changed (to free ones), `bind` addresses to 127.0.0.1, and relative
 // file paths are resolved from the repository root, where a user runs them. A new document is covered without a change here.
 func TestCorefilesStart(t *testing.T) {
+	t.Parallel()
 	root := repoPath(t)
 	// A control plane of its own: the examples watch every namespace and write EndpointSlices.
 	cp := harness.Start(t)

@@ -11,6 +11,7 @@ import (
 
 // TestDemo runs what `make run` runs, on a free port, and checks what it shows.
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out strings.Builder

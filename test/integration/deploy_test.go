@@ -56,6 +56,7 @@ func as[T any](t *testing.T, u *unstructured.Unstructured) *T {
 // TestDeployRenders: both kustomizations render, the API server accepts every object (server-side
 // dry run), and they say what docs/install.md says.
 func TestDeployRenders(t *testing.T) {
+	t.Parallel()
 	for _, dir := range []string{"deploy/base", "deploy/overlays/ha"} {
 		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
 			yamlText, objs := kustomize(t, dir)
@@ -126,6 +127,7 @@ func TestDeployRenders(t *testing.T) {
 // dry run, in a namespace enforcing Pod Security "restricted", as deploy/base's Namespace and
 // docs/install.md's do; the same pod with one privilege more is not, so the namespace does enforce.
 func TestPodSecurityRestricted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c := client()
 	const ns = "pss-restricted"

@@ -157,6 +157,7 @@ const docAddress = "10.96.12.34"
 // them), in front of a bin/coredns running the plugin, and asks the front a global name: the
 // plugin's answer must come back.
 func TestForwardingOnEveryDistribution(t *testing.T) {
+	t.Parallel()
 	ns, _ := fooAndWest(t)
 	// DNS only, in this namespace: the shared control plane's other namespaces are other tests'.
 	plugin := harness.StartCoreDNS(t, cp, "global:{{.Port}} {\n    global {\n        namespaces "+ns+"\n        endpointslices off\n    }\n}\n",

@@ -53,6 +53,7 @@ const sharedForwarder = `global:{{.Port}} {
 // Through the cluster DNS's shared cache in front of a plugin that does not trust it with the
 // option, a pod's claim changes no one's answer: everyone gets the cluster's view.
 func TestECSFromTrustedSourcesOnly(t *testing.T) {
+	// Serial: its clients are found by address among every test's Nodes.
 	ctx := context.Background()
 	ns := namespace(t)
 	base := fmt.Sprintf("127.62.%d.", 1+rand.IntN(250))

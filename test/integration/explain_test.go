@@ -84,6 +84,7 @@ func noAmplification(qname string, r *dns.Msg) error {
 // TestExplain: dig CH TXT explains every name form from the same state that answers IN, over UDP
 // and TCP, and IN TXT stays NODATA.
 func TestExplain(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, west := fooAndWest(t)
 	other := namespace(t)
@@ -170,6 +171,7 @@ func TestExplain(t *testing.T) {
 // TestRotation: over many queries every address of the nearest tier comes first about equally
 // often, and tier order holds in every answer. (TestBigAnswer truncates rotated answers.)
 func TestRotation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))

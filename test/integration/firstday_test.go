@@ -31,6 +31,7 @@ import (
 // garbage collector leaves nothing the writer wrote, and nothing else is touched. Then the same
 // with kustomize: `kubectl apply -k`, the ClusterProperty naming the cluster, `kubectl delete -k`.
 func TestFirstDay(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	own := harness.Start(t) // of its own: the releases' cluster-scoped objects
 	admin := own.Client
@@ -191,6 +192,7 @@ func imageName(t *testing.T, tarball string) string {
 // The installed release's Corefile, run as its ServiceAccount, on a control plane of its own: the
 // ClusterProperty names the whole cluster.
 func TestClusterNameDefault(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	own := harness.Start(t)
 	const ns = "db"

@@ -46,6 +46,7 @@ func rawMirror(t *testing.T, ns, name, clusterLabel, fqName string, ips ...strin
 // TestHostileClusterState: surprising objects are skipped or handled as documented, each with one
 // log line and a metric, and never disturb the other global services.
 func TestHostileClusterState(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, other := namespace(t), namespace(t)
 	// The bystander: it must answer throughout.

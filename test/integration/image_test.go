@@ -136,6 +136,7 @@ type layerFile struct {
 // standard library: the layout, every blob's digest, each platform's config and files, that the
 // amd64 binary is ours, and that building again from the same inputs gives the same bytes.
 func TestImage(t *testing.T) {
+	t.Parallel()
 	path, err := harness.Built(harness.EnvImageTar, "image")
 	must(t, err)
 	a := readImageArchive(t, path)

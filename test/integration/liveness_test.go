@@ -19,6 +19,7 @@ import (
 // not ready (harness.SetGateway), and that cluster leaves every answer and turns not ready in the
 // written slices, without a failed query, while the other clusters are untouched.
 func TestGatewayLiveness(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, west := fooAndWest(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
@@ -174,6 +175,7 @@ func addrsOf(lists ...[]string) []string {
 // mirrors): west's peers are back in every name and ready in the written slices all the same,
 // while the remote pod that really is not ready (out of the headless mirror) stays out.
 func TestGatewayBlip(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
@@ -294,6 +296,7 @@ func writtenReadiness(t *testing.T, ns string, alive bool) error {
 // TestUnnamedClusterWarns: with mirrors present and no `cluster` in the Corefile, pods asking for
 // their own per-cluster names under the name other clusters use would get NXDOMAIN: say so.
 func TestUnnamedClusterWarns(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	tmpl := strings.Replace(fmt.Sprintf(corefile, ns), "        cluster east\n", "", 1)
@@ -318,6 +321,7 @@ func TestUnnamedClusterWarns(t *testing.T) {
 // (harness.UpdateMirrorService). That address is not a peer: it is never answered nor written, it
 // is reported once, and west's peers come back with its Endpoints.
 func TestRemoteServiceChange(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	west := mirror(ns, "west", true, true)

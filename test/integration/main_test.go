@@ -20,6 +20,14 @@ import (
 )
 
 // cp is the control plane every test shares; each test works in namespaces of its own.
+//
+// The tests wait on processes far more than they compute, so they run in parallel (t.Parallel)
+// unless they say why not (a "Serial:" comment): a parallel test has namespaces, Nodes, ports and
+// loopback addresses of its own, its writer is confined to its namespaces under a lease of its
+// own, and it changes no cluster-scoped object another test reads (or it starts a control plane of
+// its own). A test that restarts the shared API server, finds its clients by address among every
+// test's Nodes, or counts what a loaded machine would change (failed queries, its own heap) runs
+// alone. `go test` runs the serial tests first, then the parallel ones, -parallel at a time.
 var cp *harness.ControlPlane
 
 func TestMain(m *testing.M) {

@@ -22,6 +22,7 @@ var mcsCorefile = strings.NewReplacer(
 // TestMCSNames: every name form of KEP-1645's DNS specification for headless services (section
 // 2.4), over UDP and TCP, including those that must not exist.
 func TestMCSNames(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)

@@ -21,6 +21,7 @@ import (
 // and remote name, this cluster's slices none, and no slice Linkerd's cluster-name label (the
 // destination would tag every address of the Service with one linked cluster's name).
 func TestWriterMeshConfig(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)

@@ -57,6 +57,7 @@ var linkerdRules = []rbacv1.PolicyRule{
 // selector, and deletes, the garbage collector and namespace deletion still work. First, without
 // the policy, it shows the attack it stops: an editor's fake mirror puts their pod in the answer.
 func TestMirrorLabelsPolicy(t *testing.T) {
+	t.Parallel()
 	// Of its own: the policy binds to every namespace, and other tests write mirrors as admin. Two
 	// more controllers: one gives the edit role its rules, the other type-checks policies.
 	own := harness.StartWith(t, harness.Options{Controllers: []string{"clusterrole-aggregation-controller", "validatingadmissionpolicy-status-controller"}})
@@ -468,6 +469,7 @@ func updateService(ctx context.Context, c kubernetes.Interface, ns, name string,
 // binding as written there, but for the chart's labels and, with linkerd.multiclusterNamespace,
 // the namespace the policy names; off by default.
 func TestMirrorPolicyInTheChart(t *testing.T) {
+	t.Parallel()
 	recipe, _ := mirrorPolicyRecipe(t)
 	helm := helms(t)["helm4"]
 	_, defaults := helmTemplate(t, helm)

@@ -43,6 +43,7 @@ var metricName = regexp.MustCompile(`\b(?:coredns|process|go)_[a-z0-9_]*[a-z0-9]
 // every alert says how bad it is and what to do, the dashboard parses and uses its datasource
 // variable, and every metric the rules and the dashboard name is one bin/coredns exports.
 func TestMonitoring(t *testing.T) {
+	t.Parallel()
 	root := repoPath(t)
 	dir := filepath.Join(root, "deploy", "monitoring")
 

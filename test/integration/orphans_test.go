@@ -131,6 +131,7 @@ func foreignObjects(t *testing.T, ns string, names ...string) func() {
 // writer of a release with that writer.serviceSuffix, whose admission policy admits its Services
 // only, and deletes of any of ours: the -b writer deletes what the -a one wrote.
 func TestWriterOrphansOfSuffix(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
@@ -157,6 +158,7 @@ func TestWriterOrphansOfSuffix(t *testing.T) {
 // there is deleted, what is in the namespace still watched stays as it is, and nothing else in
 // the dropped namespace is touched.
 func TestWriterOrphansOfNamespace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	kept, dropped := namespace(t), namespace(t)
 	for _, ns := range []string{kept, dropped} {
@@ -188,6 +190,7 @@ func TestWriterOrphansOfNamespace(t *testing.T) {
 // TestWriterOffLeavesObjects: with `endpointslices off` nothing is written or deleted; what was
 // written before stays, frozen, and a warning says so and how to delete it, which works.
 func TestWriterOffLeavesObjects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))

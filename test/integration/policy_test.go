@@ -37,6 +37,7 @@ const policyCorefile = `global:{{.Port}} near.global:{{.Port}} {
 // elsewhere), and back as it returns; an owner's `nearest 3` and its removal; a service with
 // only linked members.
 func TestPolicyClients(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
@@ -122,6 +123,7 @@ func TestPolicyClients(t *testing.T) {
 // the nearest tier holds one member, so every answer takes the next tier too, the A answer and the
 // SRV answers alike (a pod's two SRV records are one member, not two).
 func TestNearestCountsMembersOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	ports := []harness.Port{{Name: "db", Port: 5432, TargetPort: 15432}, {Name: "metrics", Port: 9000, TargetPort: 19000}}

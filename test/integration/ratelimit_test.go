@@ -39,6 +39,7 @@ const (
 // each such LIST waits behind the writer's queued writes; with its own, a change to an unrelated
 // global service reaches DNS as soon as the watches are back.
 func TestWriterOwnRateLimit(t *testing.T) {
+	// Serial: it restarts the shared API server.
 	ctx := context.Background()
 	ns := namespace(t)
 	t0 := time.Now()

@@ -20,6 +20,7 @@ import (
 // and with Go's own resolver making the calls these programs make (net.LookupSRV, LookupTXT,
 // LookupIPAddr).
 func TestRecipes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))

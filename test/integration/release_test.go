@@ -43,6 +43,7 @@ func releaseDir(t *testing.T) string {
 // version; the packaged chart renders this build's image, as the CLI does; each binary has a
 // CycloneDX SBOM listing the modules linked into it; the changelog's section is there.
 func TestRelease(t *testing.T) {
+	t.Parallel()
 	dir := releaseDir(t)
 	cur := thisBuild(t)
 	v := cur.version
@@ -273,6 +274,7 @@ func renderCases(t *testing.T) []renderCase {
 // serves its kind (namespaced ones in the extension's namespace); with every boolean on, the API
 // server takes the CLI's output (a server-side dry run).
 func TestCLIRendersTheChart(t *testing.T) {
+	t.Parallel()
 	v := thisBuild(t).version
 	chart := filepath.Join(releaseDir(t), "coredns-global-"+v+".tgz")
 	helm := helms(t)["helm4"]

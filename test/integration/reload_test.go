@@ -17,6 +17,7 @@ import (
 // TestReload: a Corefile reload (SIGUSR1) starts a new plugin instance before the old one shuts
 // down. The new one must take over, with the new configuration, and keep following the API.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))

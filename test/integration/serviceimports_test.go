@@ -77,6 +77,7 @@ func mcsSlices(t *testing.T, c kubernetes.Interface, ns string) map[string]disco
 // writer.serviceImports and namespaces (its RBAC Roles in that namespace only, its admission
 // policy), then turned off as docs/mcs.md says: keepServiceImportRules, then without.
 func TestServiceImports(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cp := harness.Start(t)
 	must(t, cp.InstallMCSCRDs(ctx))
@@ -302,6 +303,7 @@ func restConfig(t *testing.T, kubeconfig string) *rest.Config {
 // TestServiceImportsWithoutCRD: the CRD not installed (the shared control plane never has it),
 // `serviceimports on` says so once and writes nothing of the kind; the -global objects are written.
 func TestServiceImportsWithoutCRD(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)

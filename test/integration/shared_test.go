@@ -34,6 +34,7 @@ const sharedCorefile = `global:{{.Port}} alias:{{.Port}} {
 // and by a name of one cluster, every reply of the real server holds the addresses it should,
 // each with the name as asked as its owner (as the plugin was asked it).
 func TestSharedRecordsThroughOtherPlugins(t *testing.T) {
+	t.Parallel()
 	ns, west := fooAndWest(t)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(sharedCorefile, ns))
 	all := []string{"A 10.244.1.10", "A 10.244.2.11", "A " + west.ClusterIPs["foo-0"], "A " + west.ClusterIPs["foo-1"]}

@@ -45,6 +45,7 @@ const (
 // the steps that did not converge and the API writes per change. Replica 0 is never replaced,
 // so its series spans the run.
 func TestSoak(t *testing.T) {
+	// Serial: it is the machine's load.
 	if *soakFor == 0 {
 		t.Skip("the soak runs with make soak (-soak DURATION)")
 	}

@@ -39,6 +39,7 @@ const chartMemoryLimit = 512 << 20
 // throughout, and once it is deleted, within twice what it was before (after a forced
 // collection each time).
 func TestTenantChurnIsBounded(t *testing.T) {
+	// Serial: it measures its replica's heap against a bound.
 	ctx := context.Background()
 	ns := namespace(t)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(churnCorefile, ns))
@@ -127,6 +128,7 @@ const burstCorefile = `global:{{.Port}} {
 // in another namespace after them has its -global Service written after at most 100 more of the
 // burst's (two seconds of the writer's requests), while some are still to come, not after them all.
 func TestTenantBurstDoesNotStallOthers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	burst, other := namespace(t), namespace(t)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(burstCorefile, burst, other))

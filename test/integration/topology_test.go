@@ -49,6 +49,7 @@ func linkedControlPlane(t *testing.T, ns string) (*harness.ControlPlane, dynamic
 // Corefile says wins, and a disagreement is one warning. On a control plane of its own: the
 // ClusterProperty names the whole cluster.
 func TestTopologyFromTheCluster(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ns = "db"
 	own, dyn := linkedControlPlane(t, ns)
@@ -168,6 +169,7 @@ func writtenAddresses(c kubernetes.Interface, ns, name string, addrs ...string) 
 // Services claiming one cluster, the one Linkerd names (<svc>-<cluster>) wins, whatever sorts
 // first. On a control plane of its own: the CRD changes every mirror's fate.
 func TestOnlyLinkedClustersMirror(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const ns = "db"
 	own, dyn := linkedControlPlane(t, ns)

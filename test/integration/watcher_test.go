@@ -23,6 +23,7 @@ import (
 // selector keeps out, and must leave it out. The initial state comes from a list read item by item
 // (watch/list.go), whatever client-go's WatchListClient gate says: both settings run.
 func TestWatcherFeedsIndex(t *testing.T) {
+	t.Parallel()
 	for _, streamed := range []bool{true, false} {
 		t.Run(map[bool]string{true: "WatchList", false: "List"}[streamed], func(t *testing.T) {
 			clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, streamed)

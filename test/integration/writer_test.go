@@ -141,6 +141,7 @@ func metric(t *testing.T, c *harness.CoreDNS, sample string) string {
 }
 
 func TestWriterObjects(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
@@ -243,6 +244,7 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 // what changes next. (Deleting the Lease would not do: client-go's renewal creates it again within
 // the same term. TestTermsDoNotOverlap covers a new term starting before the last has returned.)
 func TestWriterNewTermAfterLostLease(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
@@ -289,6 +291,7 @@ func TestWriterNewTermAfterLostLease(t *testing.T) {
 // Service must still be valid (the API rejects two ports of one number and protocol), so every
 // cluster's slice gets written.
 func TestWriterRenamedPort(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
@@ -313,6 +316,7 @@ func TestWriterRenamedPort(t *testing.T) {
 // EndpointSlice controller would then write slices beside ours), then makes it an ExternalName:
 // the writer restores both.
 func TestWriterRestoresItsService(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
@@ -351,6 +355,7 @@ func TestWriterRestoresItsService(t *testing.T) {
 // dropped), then deletes one: the writer restores each. Its own writes' echoes are not synced
 // again; these edits, at other resourceVersions, must be.
 func TestWriterRestoresItsSlices(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
@@ -401,6 +406,7 @@ func sortedLines(s string) string {
 // TestWriterWritesLittle: one endpoint change is one slice update; a restart with nothing
 // changed writes nothing; 250 endpoints make 3 slices of at most 100.
 func TestWriterWritesLittle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
@@ -517,6 +523,7 @@ func TestWriterWritesLittle(t *testing.T) {
 // here with the skip-mirror label, as long as the test needs): until that slice comes, the headless
 // mirror's readiness stands, and its coming changes nothing written.
 func TestWriterPodMirrorSliceLate(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
@@ -585,6 +592,7 @@ func writesOf(t *testing.T, c *harness.CoreDNS) float64 {
 // TestWriterLeavesForeignObjectsAlone: a foo-global this project did not create is never
 // modified; the conflict is reported (log, metric, Event) and DNS keeps working.
 func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	foreign, err := client().CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -673,6 +681,7 @@ func harnessIP(t *testing.T, ns, name string) string {
 // TestWriterHandover: two replicas, one lease. Killing the holder hands the lease over once it
 // expires; stopping it gracefully hands it over at once; DNS on the survivors never fails.
 func TestWriterHandover(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
@@ -774,6 +783,7 @@ func dnsLoad(c *harness.CoreDNS, qname string) func() (sent, failed int64) {
 // and retrying until the namespace is gone. A finalizer on the mirror holds the namespace in
 // Terminating with the global service still in the index.
 func TestWriterTerminatingNamespace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns, leases := namespace(t), namespace(t) // the lease must outlive ns
 	m := mirror(ns, "west", true)

@@ -39,6 +39,7 @@ global:{{.Port}} clusterset.local:{{.Port}} {
 // (addresses; SRV priority, weight, port and target host) and rcodes, for pin and prefer, a zone
 // with endpoints and one without, A and SRV, and a service that does not exist.
 func TestZonalNamesAsKubernetes(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	for _, n := range []harness.Node{{Name: ns + "-a", Zone: "za", Region: "r1"}, {Name: ns + "-b", Zone: "zb", Region: "r1"}} {

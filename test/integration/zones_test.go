@@ -14,6 +14,7 @@ import (
 // TestZonesFromServerBlock: without zone arguments the plugin serves its server block's zones, as
 // CoreDNS's plugins do, and global. where the block is the root.
 func TestZonesFromServerBlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
