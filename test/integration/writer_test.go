@@ -414,7 +414,8 @@ func TestWriterWritesLittle(t *testing.T) {
 	must(t, err)
 	_, err = harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
 	must(t, err)
-	tmpl := fmt.Sprintf(writerCorefile, ns)
+	// debug: the writer logs every write with its reason, which a failure below shows.
+	tmpl := strings.Replace(fmt.Sprintf(writerCorefile, ns), "    global {", "    debug\n    global {", 1)
 	c := harness.StartCoreDNS(t, cp, tmpl)
 	eventually(t, "three clusters' slices", func() error {
 		if _, sl := written(t, ns); len(sl) != 3 || len(sl["foo-global-west-ipv4-0"].Endpoints) != 2 {
@@ -467,7 +468,7 @@ func TestWriterWritesLittle(t *testing.T) {
 		return nil
 	})
 	if after := versions(t, ns); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("a restart with nothing changed wrote:\n%v\n%v", before, after)
+		t.Errorf("a restart with nothing changed wrote:\n%v\n%v\n%s", before, after, writesLogged(c))
 	}
 	// Nor do the syncs that follow: after markers on each slice (someone else's annotation, which
 	// the writer leaves), and after a change of the local Service that changes nothing written.
@@ -483,7 +484,7 @@ func TestWriterWritesLittle(t *testing.T) {
 		return nil
 	})
 	if n := writesOf(t, c); n != 0 {
-		t.Errorf("%v writes in the syncs after a restart with nothing changed (%v of them)", n, counter(t, c, syncedOK))
+		t.Errorf("%v writes in the syncs after a restart with nothing changed (%v of them):\n%s", n, counter(t, c, syncedOK), writesLogged(c))
 	}
 
 	// 250 endpoints from one cluster: 3 slices of at most 100.
@@ -581,6 +582,17 @@ func writtenReady(t *testing.T, ns, cluster string, want map[string]bool) func()
 }
 
 // writesOf is how many writes of objects c has made (created, updated, deleted).
+// writesLogged returns the writes c's writer logged (at debug) with their reasons.
+func writesLogged(c *harness.CoreDNS) string {
+	var out []string
+	for _, l := range strings.Split(c.Tail(10000), "\n") {
+		if strings.Contains(l, "writer: creating ") || strings.Contains(l, "writer: updating ") || strings.Contains(l, "writer: deleting ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 func writesOf(t *testing.T, c *harness.CoreDNS) float64 {
 	n := 0.0
 	for _, op := range []string{"create", "update", "delete"} {
