@@ -47,7 +47,7 @@ const clientsCorefile = `global:{{.Port}} near.global:{{.Port}} {
 // its pods first, then its zone's, this cluster's, the region's. Other sources get the cluster's
 // answer. A pod that moves to another node changes rank.
 func TestClientRankedAnswers(t *testing.T) {
-	// Serial: its clients are found by address among every test's Nodes.
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	base := fmt.Sprintf("127.61.%d.", 1+rand.IntN(250))

@@ -20,7 +20,7 @@ import (
 // old one keeps an IP in it is answered for that one address only (RFC 7871 7.2.1), never for
 // the whole CIDR.
 func TestClientTableNeverLies(t *testing.T) {
-	// Serial: its clients are found by address among every test's Nodes.
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	base := fmt.Sprintf("127.62.%d.", 1+rand.IntN(250))

@@ -53,21 +53,21 @@ const sharedForwarder = `global:{{.Port}} {
 // Through the cluster DNS's shared cache in front of a plugin that does not trust it with the
 // option, a pod's claim changes no one's answer: everyone gets the cluster's view.
 func TestECSFromTrustedSourcesOnly(t *testing.T) {
-	// Serial: its clients are found by address among every test's Nodes.
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
-	base := fmt.Sprintf("127.62.%d.", 1+rand.IntN(250))
+	base := fmt.Sprintf("127.64.%d.", 1+rand.IntN(250))
 	nodeA, nodeC, appPod := base+"2", base+"4", base+"20"
 	fwd := hostAddr(t)
 	for _, n := range []harness.Node{
-		{Name: ns + "-a", Zone: "za", Region: "r1", Addresses: []string{nodeA}, PodCIDRs: []string{"10.62.1.0/24"}},
-		{Name: ns + "-c", Zone: "zb", Region: "r1", Addresses: []string{nodeC}, PodCIDRs: []string{"10.62.3.0/24"}},
+		{Name: ns + "-a", Zone: "za", Region: "r1", Addresses: []string{nodeA}, PodCIDRs: []string{"10.64.1.0/24"}},
+		{Name: ns + "-c", Zone: "zb", Region: "r1", Addresses: []string{nodeC}, PodCIDRs: []string{"10.64.3.0/24"}},
 	} {
 		must(t, harness.CreateNode(ctx, client(), n))
 	}
 	zz := harness.StatefulSet{Namespace: ns, Service: "zz", Ports: dbPorts, Pods: []harness.Pod{
-		{Name: "zz-0", Node: ns + "-a", IP: "10.62.1.10", Ready: true},
-		{Name: "zz-2", Node: ns + "-c", IP: "10.62.3.10", Ready: true},
+		{Name: "zz-0", Node: ns + "-a", IP: "10.64.1.10", Ready: true},
+		{Name: "zz-2", Node: ns + "-c", IP: "10.64.3.10", Ready: true},
 	}}
 	must(t, harness.CreateStatefulSet(ctx, client(), zz))
 	must(t, harness.CreatePod(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "app"}, harness.Pod{Name: "app-0", Node: ns + "-c", IP: appPod, Ready: true}))
@@ -83,25 +83,25 @@ func TestECSFromTrustedSourcesOnly(t *testing.T) {
 	shared := harness.StartCoreDNS(t, cp, fmt.Sprintf(sharedForwarder, net.JoinHostPort(fwd, port)))
 
 	name := "zz." + ns + ".global."
-	fromA, fromC := []string{"10.62.1.10", "10.62.3.10"}, []string{"10.62.3.10", "10.62.1.10"}
+	fromA, fromC := []string{"10.64.1.10", "10.64.3.10"}, []string{"10.64.3.10", "10.64.1.10"}
 	answers := func(at *harness.CoreDNS, from, ecs string, want []string, scope int) func() error {
 		return answersFrom(at, from, ecs, name, want, scope)
 	}
 	eventually(t, "the pod on node c, from its node", answers(c, appPod, "", fromC, -1))
 	// A pod claiming to ask for a pod of node a, or for node a itself: not a forwarder, ignored.
-	must(t, answers(c, appPod, "10.62.1.10/32", fromC, -1)())
+	must(t, answers(c, appPod, "10.64.1.10/32", fromC, -1)())
 	must(t, answers(c, appPod, nodeA+"/32", fromC, -1)())
-	must(t, answers(c, nodeC, "10.62.1.0/24", fromC, -1)())
-	must(t, answers(c, "127.0.0.1", "10.62.3.10/32", fromA, -1)()) // the cluster's view
+	must(t, answers(c, nodeC, "10.64.1.0/24", fromC, -1)())
+	must(t, answers(c, "127.0.0.1", "10.64.3.10/32", fromA, -1)()) // the cluster's view
 	// The forwarder's option is taken: it says who its client is.
-	must(t, answers(c, fwd, "10.62.3.10/32", fromC, 32)())
+	must(t, answers(c, fwd, "10.64.3.10/32", fromC, 32)())
 	// Through the forwarder, whatever the client claims, it is answered as itself.
-	eventually(t, "the pod on node c, through the forwarder", answers(front, appPod, "10.62.1.10/32", fromC, noScope))
-	must(t, answers(front, nodeA, "10.62.3.10/32", fromA, noScope)())
+	eventually(t, "the pod on node c, through the forwarder", answers(front, appPod, "10.64.1.10/32", fromC, noScope))
+	must(t, answers(front, nodeA, "10.64.3.10/32", fromA, noScope)())
 	must(t, answers(front, appPod, "", fromC, noScope)())
 	// The shared cache: the pod's claim of node c goes through to the plugin, which ignores it from
 	// the cluster DNS; the answer cached is the cluster's view, for the pod and for node a after it.
-	eventually(t, "the cluster's view through the shared cache", answers(shared, appPod, "10.62.3.10/32", fromA, noScope))
+	eventually(t, "the cluster's view through the shared cache", answers(shared, appPod, "10.64.3.10/32", fromA, noScope))
 	must(t, answers(shared, nodeA, "", fromA, noScope)())
-	must(t, answers(untrusting, fwd, "10.62.3.10/32", fromA, -1)())
+	must(t, answers(untrusting, fwd, "10.64.3.10/32", fromA, -1)())
 }

@@ -59,7 +59,7 @@ const historyCorefile = `global:{{.Port}} {
 // the history up to the step after which the two first differed (every earlier step converged);
 // -seed N -steps M replays it.
 func TestRandomHistory(t *testing.T) {
-	// Serial: it counts failed queries through restarts and faults, which a loaded machine would add.
+	t.Parallel()
 	cp := harness.Start(t) // of its own: it restarts kube-apiserver and compacts etcd
 	createHistoryNodes(t, cp.Client)
 	seeds := []int64{*historySeed}

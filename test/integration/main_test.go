@@ -23,11 +23,12 @@ import (
 //
 // The tests wait on processes far more than they compute, so they run in parallel (t.Parallel)
 // unless they say why not (a "Serial:" comment): a parallel test has namespaces, Nodes, ports and
-// loopback addresses of its own, its writer is confined to its namespaces under a lease of its
-// own, and it changes no cluster-scoped object another test reads (or it starts a control plane of
-// its own). A test that restarts the shared API server, finds its clients by address among every
-// test's Nodes, or counts what a loaded machine would change (failed queries, its own heap) runs
-// alone. `go test` runs the serial tests first, then the parallel ones, -parallel at a time.
+// loopback addresses of its own (the client-locality tests: Node and Pod addresses in a range of
+// their own, 10.61 to 10.64), its writer is confined to its namespaces under a lease of its own,
+// and it changes no cluster-scoped object another test reads; a test that stops or restarts an API
+// server starts a control plane of its own. The tests that count failed queries or measure their
+// replica's heap hold their bounds beside the others: the machine's load is no excuse for either.
+// `go test` runs the serial tests first, then the parallel ones, -parallel at a time.
 var cp *harness.ControlPlane
 
 func TestMain(m *testing.M) {

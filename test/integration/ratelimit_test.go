@@ -39,11 +39,13 @@ const (
 // each such LIST waits behind the writer's queued writes; with its own, a change to an unrelated
 // global service reaches DNS as soon as the watches are back.
 func TestWriterOwnRateLimit(t *testing.T) {
-	// Serial: it restarts the shared API server.
+	t.Parallel()
+	cp := harness.Start(t) // of its own: this test restarts the API server
 	ctx := context.Background()
-	ns := namespace(t)
+	ns := "ratelimit"
+	must(t, harness.EnsureNamespace(ctx, cp.Client, ns))
 	t0 := time.Now()
-	loadGlobalServices(t, ns, rateLimitServices)
+	loadGlobalServices(t, cp, ns, rateLimitServices)
 	t.Logf("loaded %d global services in %v", rateLimitServices, time.Since(t0).Round(time.Millisecond))
 
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(`global:{{.Port}} {
@@ -77,10 +79,10 @@ func TestWriterOwnRateLimit(t *testing.T) {
 	t.Logf("API server restarted in %v", time.Since(restarted).Round(time.Millisecond))
 	// A change written straight to the slice, not through kube-controller-manager, whose own
 	// watches come back at their own pace.
-	es, err := client().DiscoveryV1().EndpointSlices(ns).Get(ctx, "s0-x", metav1.GetOptions{})
+	es, err := cp.Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "s0-x", metav1.GetOptions{})
 	must(t, err)
 	es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.199.0.1"}, Hostname: ptr.To("s0-1")})
-	_, err = client().DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
+	_, err = cp.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
 	must(t, err)
 	changed := time.Now()
 	eventuallyWithin(t, 5*patience, "the change in DNS", func() error {
@@ -99,7 +101,7 @@ func loadedAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d", 200+i/65536, i
 
 // loadGlobalServices creates n global services in ns as cheaply as the API allows: an exported
 // headless selector-less Service and one slice of one endpoint each (no ClusterIP to allocate).
-func loadGlobalServices(t *testing.T, ns string, n int) {
+func loadGlobalServices(t *testing.T, cp *harness.ControlPlane, ns string, n int) {
 	t.Helper()
 	rc := rest.CopyConfig(cp.Config)
 	rc.QPS, rc.Burst = 5000, 10000 // loading, not measuring, the API server

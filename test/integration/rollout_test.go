@@ -29,7 +29,7 @@ import (
 // finish). A change of the pod template must roll out completely. With the surge the chart had
 // before (maxSurge 1, maxUnavailable 0), the same change cannot: the surge pod is unschedulable.
 func TestHARollout(t *testing.T) {
-	// Serial: it counts failed queries, which a loaded machine would add.
+	t.Parallel()
 	own := harness.StartWith(t, harness.Options{Controllers: []string{"deployment", "replicaset"}, Scheduler: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

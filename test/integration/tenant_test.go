@@ -39,7 +39,7 @@ const chartMemoryLimit = 512 << 20
 // throughout, and once it is deleted, within twice what it was before (after a forced
 // collection each time).
 func TestTenantChurnIsBounded(t *testing.T) {
-	// Serial: it measures its replica's heap against a bound.
+	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(churnCorefile, ns))

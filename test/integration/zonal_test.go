@@ -46,14 +46,14 @@ func TestZonalNamesAsKubernetes(t *testing.T) {
 		must(t, harness.CreateNode(ctx, client(), n))
 	}
 	must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "zz", Ports: dbPorts, Pods: []harness.Pod{
-		{Name: "zz-0", Node: ns + "-a", IP: "10.62.1.10", Ready: true},
-		{Name: "zz-1", Node: ns + "-a", IP: "10.62.1.11", Ready: true},
-		{Name: "zz-2", Node: ns + "-b", IP: "10.62.2.10", Ready: true},
-		{Name: "zz-3", Node: ns + "-b", IP: "10.62.2.11", Ready: false},
+		{Name: "zz-0", Node: ns + "-a", IP: "10.66.1.10", Ready: true},
+		{Name: "zz-1", Node: ns + "-a", IP: "10.66.1.11", Ready: true},
+		{Name: "zz-2", Node: ns + "-b", IP: "10.66.2.10", Ready: true},
+		{Name: "zz-3", Node: ns + "-b", IP: "10.66.2.11", Ready: false},
 	}}))
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(zonalCorefile, ns))
-	eventuallyExpectAnyOrder(t, c, "zz."+ns+".svc.cluster.local.", dns.TypeA, dns.RcodeSuccess, "A 10.62.1.10", "A 10.62.1.11", "A 10.62.2.10")
-	eventuallyExpectAnyOrder(t, c, "zz."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.62.1.10", "A 10.62.1.11", "A 10.62.2.10")
+	eventuallyExpectAnyOrder(t, c, "zz."+ns+".svc.cluster.local.", dns.TypeA, dns.RcodeSuccess, "A 10.66.1.10", "A 10.66.1.11", "A 10.66.2.10")
+	eventuallyExpectAnyOrder(t, c, "zz."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.66.1.10", "A 10.66.1.11", "A 10.66.2.10")
 
 	compared, hits := 0, 0
 	for _, svc := range []string{"zz", "nope"} {
