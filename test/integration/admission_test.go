@@ -423,6 +423,12 @@ func TestWriterPolicy(t *testing.T) {
 			return err
 		}},
 	}
+	// The API server compiles a policy, and reads its params (app-global) from an informer of its
+	// own, a moment after they are written.
+	eventuallyInForce(t, "coredns-global-write-owned", func(o metav1.CreateOptions) error {
+		_, err := eps.Create(ctx, ourSlice("app-global-west-ipv4-0", "app"), o)
+		return err
+	})
 	// A slice naming a foreign Service is denied by both policies: either may say so.
 	namesForeign := map[string]bool{"a slice adding an address to a foreign Service (CVE-2021-25740)": true, "the same with our labels": true,
 		"an update of a foreign slice": true, "a slice of a tenant's ClusterIP Service, unlabelled headless: kube-proxy routes it (CVE-2021-25740)": true}

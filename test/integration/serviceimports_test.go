@@ -236,6 +236,11 @@ func TestServiceImports(t *testing.T) {
 	forged := barSlice.DeepCopy()
 	forged.Name, forged.Labels = "baz-forged", ourLabels("baz", mcsv1alpha1.LabelServiceName, "baz", discoveryv1.LabelManagedBy, "global.globaldns.io",
 		corev1.IsHeadlessService, "")
+	// The API server reads the policy's params (baz) from an informer of its own.
+	eventuallyInForce(t, "coredns-global-write-owned-imports", func(o metav1.CreateOptions) error {
+		_, err := saCore.DiscoveryV1().EndpointSlices(ns).Create(ctx, forged, o)
+		return err
+	})
 	_, err = saCore.DiscoveryV1().EndpointSlices(ns).Create(ctx, forged, metav1.CreateOptions{})
 	if !deniedBy(err, "coredns-global-write-owned-imports") || !strings.Contains(err.Error(), "coredns-global writes EndpointSlices only of the ServiceImports it wrote: baz is not one") {
 		t.Errorf("the ServiceAccount writes an MCS slice of another's ServiceImport: %v", err)
