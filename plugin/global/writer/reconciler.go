@@ -22,6 +22,12 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
+// Why a sync deletes what it deletes, for the debug log of each write.
+const (
+	whyGone          = "its global service is gone"
+	whyOtherSettings = "written under other settings (another service_suffix)"
+)
+
 var (
 	// errStale: the cache does not show our own last write yet, or a deletion; try again shortly.
 	errStale = errors.New("cache is stale")
@@ -92,7 +98,7 @@ func (r *reconciler) sync(ctx context.Context, k index.Key, s *index.Service) er
 		r.conflicts.clear(k, "")
 		r.plans.take(planKey{k, blocksGlobal})
 		r.plans.take(planKey{k, blocksMCS})
-		return errors.Join(r.deleteAll(ctx, k, all, "its global service is gone"), r.deleteAll(ctx, k, mcs, "its global service is gone"))
+		return errors.Join(r.deleteAll(ctx, k, all, whyGone), r.deleteAll(ctx, k, mcs, whyGone))
 	}
 	return errors.Join(r.syncGlobal(ctx, k, s, name, all), r.syncMCS(ctx, k, s, mcs))
 }
@@ -101,7 +107,7 @@ func (r *reconciler) sync(ctx context.Context, k index.Key, s *index.Service) er
 func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Service, name string, all existing) error {
 	have, haveSlices, obsolete := all.split(name)
 	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
-		if err := r.deleteAll(ctx, k, obsolete, "written under other settings"); err != nil {
+		if err := r.deleteAll(ctx, k, obsolete, whyOtherSettings); err != nil {
 			return err
 		}
 		return r.conflicts.report(k, blocksGlobal, nil, fmt.Sprintf("cannot write Service %s/%s: %v", k.Namespace, name, errs))
@@ -118,7 +124,7 @@ func (r *reconciler) syncGlobal(ctx context.Context, k index.Key, s *index.Servi
 		return err
 	}
 	// Last, so that the new objects are in place before the old ones go.
-	if err := r.deleteAll(ctx, k, obsolete, "written under other settings"); err != nil {
+	if err := r.deleteAll(ctx, k, obsolete, whyOtherSettings); err != nil {
 		return err
 	}
 	r.conflicts.clear(k, blocksGlobal)
@@ -161,7 +167,7 @@ func (r *reconciler) syncMCS(ctx context.Context, k index.Key, s *index.Service,
 	if err := r.syncSlices(ctx, k, mcsSet(k, si, r.cfg.Owner), s, have.slices); err != nil {
 		return err
 	}
-	if err := r.deleteAll(ctx, k, obsolete, "written under other settings"); err != nil {
+	if err := r.deleteAll(ctx, k, obsolete, whyOtherSettings); err != nil {
 		return err
 	}
 	r.conflicts.clear(k, blocksMCS)
