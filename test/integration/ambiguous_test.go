@@ -253,13 +253,13 @@ func exchange(t *testing.T, addr, proto, qname string, edns bool) *dns.Msg {
 	return r
 }
 
-// loopbackIPs returns n addresses 127.53.x.1 ... whose port 53 is free over UDP and TCP.
 // loopbackBlocks counts the blocks 127.53.x.0/24 handed out, each once, from a random one on.
 var (
 	loopbackBlocks atomic.Int32
 	loopbackStart  = rand.Int32N(250)
 )
 
+// loopbackIPs returns n addresses 127.53.x.1 ... whose port 53 is free over UDP and TCP.
 func loopbackIPs(t *testing.T, n int) []string {
 	t.Helper()
 	for range 20 {
