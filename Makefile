@@ -56,14 +56,14 @@ export GLOBAL_HELM4_BIN        := $(HELM4)
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build version image release previous controlplane promtool helm test testbins test-k8s integration unit run dig dnsperf bench soak hunt vet fuzz clean help
+.PHONY: all build version image release release-files previous controlplane promtool helm test testbins test-k8s integration unit run dig dnsperf bench soak hunt vet fuzz clean help
 all: build
 
 help:
 	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global) and bin/linkerd-global (the Linkerd extension CLI)"
 	@echo "make version       print this build's version ($(VERSION)), which names its image"
 	@echo "make image         build $(IMAGE) for linux/amd64 and linux/arm64 into bin/coredns-global.oci.tar"
-	@echo "make release       write the release of this build into $(RELEASE_DIR) (docs/releasing.md)"
+	@echo "make release       write the release of this build into $(RELEASE_DIR) and check it (docs/releasing.md)"
 	@echo "make test-k8s K8S=1.30.14  run the integration suite against another Kubernetes release's control plane"
 	@echo "make run           demo: local control plane + bin/coredns on 127.0.0.1:1053"
 	@echo "make test          vet, unit and integration tests (builds the control plane, Helm and promtool once)"
@@ -96,13 +96,20 @@ IMAGE_SOURCE      ?= https://github.com/globaldns/global
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # bin/oci-image is the builder, which TestImage runs again to check that it is reproducible.
 export GLOBAL_IMAGE_BUILDER := $(CURDIR)/bin/oci-image
+# The image's architectures and a release's CLI platforms. make test builds and checks the
+# linux/amd64 ones alone (the others are cross-compiles of everything, about a quarter of a cold
+# make test each); make release builds every one and checks them (TestRelease, TestImage).
+IMAGE_ARCHS   ?= amd64 arm64
+CLI_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+export GLOBAL_IMAGE_ARCHS   = $(IMAGE_ARCHS)
+export GLOBAL_CLI_PLATFORMS = $(CLI_PLATFORMS)
 image:
-	for arch in amd64 arm64; do \
+	for arch in $(IMAGE_ARCHS); do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/coredns-linux-$$arch ./coredns || exit 1; \
 	done
 	cd deploy/image && $(GO) build -o $(GLOBAL_IMAGE_BUILDER) .
 	SOURCE_DATE_EPOCH=$(or $(SOURCE_DATE_EPOCH),0) $(GLOBAL_IMAGE_BUILDER) -tag '$(IMAGE)' -o $(GLOBAL_IMAGE_TAR) \
-		-amd64 $(CURDIR)/bin/coredns-linux-amd64 -arm64 $(CURDIR)/bin/coredns-linux-arm64 \
+		$(foreach a,$(IMAGE_ARCHS),-$(a) $(CURDIR)/bin/coredns-linux-$(a)) \
 		-source '$(IMAGE_SOURCE)' -revision '$(shell git rev-parse HEAD 2>/dev/null)' -version '$(VERSION)'
 
 # The previous release, which the upgrade and version-skew tests (TestUpgradeRollback) install before
@@ -159,21 +166,26 @@ $(CYCLONEDX):
 # A release, into RELEASE_DIR: the image archive, the coredns binaries in it, the chart packaged for
 # this build (its version, and this image by default), linkerd-global for linux and darwin on amd64
 # and arm64, an SBOM of each binary (cyclonedx-gomod), CHANGELOG.md's section of the version and
-# SHA256SUMS. Made from a release tag vX.Y.Z, it is release X.Y.Z (docs/releasing.md); from any
-# other commit, a snapshot of it with CHANGELOG.md's Unreleased section.
+# SHA256SUMS; then checked as an operator receives it (TestRelease, TestImage: the tests start a
+# control plane, so the first release on a machine builds it). Made from a release tag vX.Y.Z, it
+# is release X.Y.Z (docs/releasing.md); from any other commit, a snapshot of it with CHANGELOG.md's
+# Unreleased section. release-files writes it unchecked: make test writes and checks one of the
+# linux/amd64 platforms alone, in bin/test-release.
 RELEASE_DIR ?= bin/release/$(VERSION)
-export GLOBAL_RELEASE_DIR := $(abspath $(RELEASE_DIR))
-CLI_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
-release: image $(HELM4) $(CYCLONEDX)
+export GLOBAL_RELEASE_DIR = $(abspath $(RELEASE_DIR))
+release: release-files controlplane
+	$(GO) test -count=1 -run '^(TestRelease|TestImage)$$' ./test/integration
+	@echo "release $(VERSION) in $(RELEASE_DIR), checked"
+
+release-files: image $(HELM4) $(CYCLONEDX)
 	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
 	cp $(GLOBAL_IMAGE_TAR) $(RELEASE_DIR)/coredns-global-$(VERSION).oci.tar
-	for arch in amd64 arm64; do cp bin/coredns-linux-$$arch $(RELEASE_DIR)/coredns-$(VERSION)-linux-$$arch || exit 1; done
+	for arch in $(IMAGE_ARCHS); do cp bin/coredns-linux-$$arch $(RELEASE_DIR)/coredns-$(VERSION)-linux-$$arch || exit 1; done
 	for p in $(CLI_PLATFORMS); do \
 		(cd deploy/linkerd-global && CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(CLI_LDFLAGS)' \
 			-o $(abspath $(RELEASE_DIR))/linkerd-global-$(VERSION)-$${p%/*}-$${p#*/} .) || exit 1; \
 	done
 	$(GO) run ./deploy/release -dir $(RELEASE_DIR) -version $(VERSION) -image $(IMAGE) -helm $(HELM4) -cyclonedx $(CYCLONEDX)
-	@echo "release $(VERSION) in $(RELEASE_DIR)"
 
 helm: $(HELM3) $(HELM4)
 
@@ -196,17 +208,22 @@ vet:
 	cd deploy/image && $(GO) vet ./...
 	cd deploy/linkerd-global && $(GO) vet ./...
 
-# make test builds what the tests run (release builds the image first), then runs them, each phase
-# timed: the times are printed at the end (and kept in bin/test-phases). Tests marked t.Parallel
-# run TEST_PARALLEL at a time: the integration suite's mostly wait on processes
-# (test/integration/main_test.go says which may run beside others).
-TEST_PHASES   := build release previous controlplane helm promtool testbins vet dig
+# make test builds what the tests run (release-files builds the image first; of linux/amd64
+# alone, in bin/test-release), then runs them, each phase timed: the times are printed at the end
+# (and kept in bin/test-phases). Tests marked t.Parallel run TEST_PARALLEL at a time: the
+# integration suite's mostly wait on processes (test/integration/main_test.go says which may run
+# beside others).
+TEST_PHASES   := build release-files previous controlplane helm promtool testbins vet dig
 TEST_PARALLEL ?= 8
 PHASES_LOG    := $(CURDIR)/bin/test-phases
 timed = (s=$$(date +%s); $(2); rc=$$?; echo "$(1): $$(( $$(date +%s) - s )) s" >> $(PHASES_LOG); exit $$rc)
+test: IMAGE_ARCHS   := amd64
+test: CLI_PLATFORMS := linux/amd64
+test: RELEASE_DIR   := bin/test-release/$(VERSION)
 test:
 	@mkdir -p bin && : > $(PHASES_LOG)
-	@for p in $(TEST_PHASES); do $(call timed,make $$p,$(MAKE) --no-print-directory $$p) || exit 1; done
+	@for p in $(TEST_PHASES); do $(call timed,make $$p,$(MAKE) --no-print-directory $$p IMAGE_ARCHS='$(IMAGE_ARCHS)' \
+		CLI_PLATFORMS='$(CLI_PLATFORMS)' RELEASE_DIR='$(RELEASE_DIR)') || exit 1; done
 	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
 	@$(call timed,go test ./...,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./...)
 	@$(call timed,go test deploy/image,cd deploy/image && $(GO) test -count=1 ./...)
@@ -231,7 +248,7 @@ K8S ?=
 # chart's kubeVersion and docs/install.md state this range, no wider (TestKubernetesRange).
 K8S_TESTED := v1.30.14 v1.37.2
 export GLOBAL_K8S_TESTED := $(K8S_TESTED)
-test-k8s: build image release previous helm promtool testbins dig
+test-k8s: build release-files previous helm promtool testbins dig
 	@test -n "$(K8S)" || { echo "usage: make test-k8s K8S=<Kubernetes version>, e.g. K8S=1.30.14"; exit 1; }
 	$(MAKE) controlplane K8S_VERSION=v$(patsubst v%,%,$(K8S))
 	$(MAKE) integration K8S_VERSION=v$(patsubst v%,%,$(K8S))

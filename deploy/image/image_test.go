@@ -87,6 +87,28 @@ func TestReproducible(t *testing.T) {
 	}
 }
 
+// TestPlatforms: an image of the platforms given, linux/amd64 required.
+func TestPlatforms(t *testing.T) {
+	o := testOptions(t)
+	delete(o.Binaries, "arm64")
+	idx, err := Build(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Manifests) != 1 || m.Manifests[0].Platform.Architecture != "amd64" {
+		t.Errorf("an image of linux/amd64 alone: %+v", m.Manifests)
+	}
+	o = testOptions(t)
+	delete(o.Binaries, "amd64")
+	if _, err := Build(o); err == nil || !strings.Contains(err.Error(), "linux/amd64") {
+		t.Errorf("an image without linux/amd64: %v", err)
+	}
+}
+
 func TestWrongBinary(t *testing.T) {
 	o := testOptions(t)
 	o.Binaries["arm64"] = o.Binaries["amd64"]

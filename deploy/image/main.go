@@ -1,6 +1,6 @@
 // Command image writes the coredns-global image for linux/amd64 and linux/arm64 as an OCI image
 // layout tarball, without Docker or a base image: `make image` runs it on the two static builds of
-// bin/coredns. The same binaries, flags, SOURCE_DATE_EPOCH and Go and module versions give the same
+// bin/coredns (`make test` on the linux/amd64 one alone: -arm64 may be left out). The same binaries, flags, SOURCE_DATE_EPOCH and Go and module versions give the same
 // bytes, so the same digest.
 //
 //	go run . -amd64 coredns-linux-amd64 -arm64 coredns-linux-arm64 -tag REF -o image.oci.tar
@@ -45,7 +45,7 @@ var platforms = []struct {
 func main() {
 	var (
 		amd64    = flag.String("amd64", "", "linux/amd64 static coredns binary")
-		arm64    = flag.String("arm64", "", "linux/arm64 static coredns binary")
+		arm64    = flag.String("arm64", "", "linux/arm64 static coredns binary (none: an image of linux/amd64 alone)")
 		out      = flag.String("o", "", "the OCI image layout tarball to write")
 		ref      = flag.String("tag", "", "image reference, e.g. ghcr.io/globaldns/coredns-global:v1.0.0")
 		source   = flag.String("source", "", "org.opencontainers.image.source label")
@@ -53,7 +53,7 @@ func main() {
 		version  = flag.String("version", "", "org.opencontainers.image.version label")
 	)
 	flag.Parse()
-	if *amd64 == "" || *arm64 == "" || *out == "" || *ref == "" || flag.NArg() > 0 {
+	if *amd64 == "" || *out == "" || *ref == "" || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -67,7 +67,10 @@ func main() {
 			labels["org.opencontainers.image."+k] = v
 		}
 	}
-	o := Options{Binaries: map[string]string{"amd64": *amd64, "arm64": *arm64}, Ref: *ref, Epoch: epoch, Labels: labels}
+	o := Options{Binaries: map[string]string{"amd64": *amd64}, Ref: *ref, Epoch: epoch, Labels: labels}
+	if *arm64 != "" {
+		o.Binaries["arm64"] = *arm64
+	}
 	idx, err := Build(o)
 	if err != nil {
 		fatal(err)
@@ -108,16 +111,20 @@ func sourceDateEpoch() (time.Time, error) {
 	return time.Unix(n, 0).UTC(), nil
 }
 
-// Build returns the image index: one OCI image per platform, each of a single layer.
+// Build returns the image index: one OCI image per platform of o's binaries, each of a single
+// layer. linux/amd64 is required: docker-archive's manifest.json names it.
 func Build(o Options) (v1.ImageIndex, error) {
 	if _, err := name.NewTag(o.Ref, name.StrictValidation); err != nil {
 		return nil, fmt.Errorf("image reference: %w", err)
+	}
+	if _, ok := o.Binaries["amd64"]; !ok {
+		return nil, fmt.Errorf("no binary for linux/amd64")
 	}
 	var adds []mutate.IndexAddendum
 	for _, p := range platforms {
 		path, ok := o.Binaries[p.arch]
 		if !ok {
-			return nil, fmt.Errorf("no binary for linux/%s", p.arch)
+			continue
 		}
 		bin, err := os.ReadFile(path)
 		if err != nil {

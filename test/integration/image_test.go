@@ -133,8 +133,9 @@ type layerFile struct {
 }
 
 // TestImage checks bin/coredns-global.oci.tar, which `make image` writes, with nothing but the
-// standard library: the layout, every blob's digest, each platform's config and files, that the
-// amd64 binary is ours, and that building again from the same inputs gives the same bytes.
+// standard library: the layout, every blob's digest, each platform's config and files (make
+// test's linux/amd64, make release's every architecture), that the amd64 binary is ours, and that
+// building again from the same inputs gives the same bytes.
 func TestImage(t *testing.T) {
 	t.Parallel()
 	path, err := harness.Built(harness.EnvImageTar, "image")
@@ -262,8 +263,8 @@ func TestImage(t *testing.T) {
 		})
 	}
 	slices.Sort(platforms)
-	if !slices.Equal(platforms, []string{"linux/amd64", "linux/arm64"}) {
-		t.Fatalf("platforms %v, want linux/amd64 and linux/arm64", platforms)
+	if want, _ := releasePlatforms(t); !slices.Equal(platforms, want) {
+		t.Fatalf("platforms %v, want %v", platforms, want)
 	}
 	if t.Failed() {
 		return
@@ -300,10 +301,13 @@ func TestImage(t *testing.T) {
 	labels := idx.Annotations
 	builder, err := harness.Built(harness.EnvImageBuilder, "image")
 	must(t, err)
-	cmd := exec.Command(builder, "-tag", ref, "-o", again,
-		"-amd64", filepath.Join(tmp, "coredns-amd64"), "-arm64", filepath.Join(tmp, "coredns-arm64"),
+	args := []string{"-tag", ref, "-o", again,
 		"-source", labels["org.opencontainers.image.source"], "-revision", labels["org.opencontainers.image.revision"],
-		"-version", labels["org.opencontainers.image.version"])
+		"-version", labels["org.opencontainers.image.version"]}
+	for arch := range binaries {
+		args = append(args, "-"+arch, filepath.Join(tmp, "coredns-"+arch))
+	}
+	cmd := exec.Command(builder, args...)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()))
 	out, err := cmd.CombinedOutput()
 	if err != nil {

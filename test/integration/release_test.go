@@ -28,19 +28,35 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// releaseDir is where `make release` (which make test runs) wrote this build's release.
+// releaseDir is where `make release-files` (which make test and make release run) wrote this
+// build's release.
 func releaseDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("GLOBAL_RELEASE_DIR")
 	if st, err := os.Stat(dir); dir == "" || err != nil || !st.IsDir() {
-		t.Fatalf("GLOBAL_RELEASE_DIR=%q is no release: run `make release` (make test does)", dir)
+		t.Fatalf("GLOBAL_RELEASE_DIR=%q is no release: run `make release` (make test makes one of its own)", dir)
 	}
 	return dir
 }
 
+// releasePlatforms are the platforms the release was built for, as make says: the image's
+// architectures (linux) and the CLI's platforms.
+func releasePlatforms(t *testing.T) (images, clis []string) {
+	t.Helper()
+	for _, a := range strings.Fields(os.Getenv("GLOBAL_IMAGE_ARCHS")) {
+		images = append(images, "linux/"+a)
+	}
+	clis = strings.Fields(os.Getenv("GLOBAL_CLI_PLATFORMS"))
+	if !slices.Contains(images, "linux/amd64") || !slices.Contains(clis, "linux/amd64") {
+		t.Fatalf("GLOBAL_IMAGE_ARCHS=%q and GLOBAL_CLI_PLATFORMS=%q, each with linux/amd64, name what was built: run the tests with make",
+			os.Getenv("GLOBAL_IMAGE_ARCHS"), os.Getenv("GLOBAL_CLI_PLATFORMS"))
+	}
+	return images, clis
+}
+
 // TestRelease reads `make release`'s directory as an operator receives it: SHA256SUMS covers every
 // file and matches; the image is this build's; each binary is of its platform and says this
-// version; the packaged chart renders this build's image, as the CLI does; each binary has a
+// version (every platform make built: make test's linux/amd64, make release's all); the packaged chart renders this build's image, as the CLI does; each binary has a
 // CycloneDX SBOM listing the modules linked into it; the changelog's section is there.
 func TestRelease(t *testing.T) {
 	t.Parallel()
@@ -78,10 +94,13 @@ func TestRelease(t *testing.T) {
 		t.Errorf("SHA256SUMS lists %d files, the directory has %d others", len(sums), len(files))
 	}
 
-	binaries := map[string]string{ // file -> platform
-		"coredns-" + v + "-linux-amd64": "linux/amd64", "coredns-" + v + "-linux-arm64": "linux/arm64",
-		"linkerd-global-" + v + "-linux-amd64": "linux/amd64", "linkerd-global-" + v + "-linux-arm64": "linux/arm64",
-		"linkerd-global-" + v + "-darwin-amd64": "darwin/amd64", "linkerd-global-" + v + "-darwin-arm64": "darwin/arm64",
+	binaries := map[string]string{} // file -> platform
+	images, clis := releasePlatforms(t)
+	for _, p := range images {
+		binaries["coredns-"+v+"-"+strings.ReplaceAll(p, "/", "-")] = p
+	}
+	for _, p := range clis {
+		binaries["linkerd-global-"+v+"-"+strings.ReplaceAll(p, "/", "-")] = p
 	}
 	want := []string{"coredns-global-" + v + ".oci.tar", "coredns-global-" + v + ".tgz", "CHANGELOG.md"}
 	for bin, platform := range binaries {
