@@ -129,7 +129,8 @@ $(PREVIOUS_DIR)/coredns:
 	cd $(PREVIOUS_DIR)/src && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(PREVIOUS_VERSION)' -o $@.tmp ./coredns
 	mv $@.tmp $@
 
-controlplane: $(CONTROLPLANE)/etcd $(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl
+KUBE_TOOLS := kube-apiserver kube-controller-manager kube-scheduler kubectl
+controlplane: $(CONTROLPLANE)/etcd $(addprefix $(CONTROLPLANE)/,$(KUBE_TOOLS))
 
 # Each tool is built from its own small module (k8s.io/kubernetes cannot be `go install`ed), to a
 # temporary name first so an interrupted build never leaves a broken binary in the cache.
@@ -138,10 +139,12 @@ $(CONTROLPLANE)/etcd:
 	cd test/controlplane/etcd && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
-$(CONTROLPLANE)/kube-apiserver $(CONTROLPLANE)/kube-controller-manager $(CONTROLPLANE)/kube-scheduler $(CONTROLPLANE)/kubectl: | $(KUBE_MODULE)/go.mod
-	@mkdir -p $(@D)
-	cd $(KUBE_MODULE) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$(@F)
-	mv $@.tmp $@
+# The Kubernetes tools in one go build: their links overlap the compiles of each other's packages.
+$(addprefix $(CONTROLPLANE)/,$(KUBE_TOOLS)) &: | $(KUBE_MODULE)/go.mod
+	@rm -rf $(CONTROLPLANE)/.build && mkdir -p $(CONTROLPLANE)/.build
+	cd $(KUBE_MODULE) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $(CONTROLPLANE)/.build/ \
+		$(addprefix k8s.io/kubernetes/cmd/,$(KUBE_TOOLS))
+	cd $(CONTROLPLANE)/.build && mv $(KUBE_TOOLS) .. && rmdir $(CONTROLPLANE)/.build
 
 # Another release's module: the pinned one's tools.go, and a go.mod requiring that k8s.io/kubernetes
 # with each staging module its replace block points at ./staging/src replaced by the published
