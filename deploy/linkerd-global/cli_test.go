@@ -15,6 +15,7 @@ import (
 
 	"github.com/globaldns/global/deploy"
 	"github.com/globaldns/global/plugin/global/contract"
+	"github.com/globaldns/global/test/testkit"
 
 	"sigs.k8s.io/yaml"
 )
@@ -94,10 +95,10 @@ func TestRenderRefusesBadValues(t *testing.T) {
 
 func TestValuesFilesMergeInHelmsOrder(t *testing.T) {
 	dir := t.TempDir()
-	must(t, os.WriteFile(dir+"/a.yaml", []byte("replicas: 2\nwriter: {enabled: false}\n"), 0o644))
-	must(t, os.WriteFile(dir+"/b.yaml", []byte("writer: {serviceImports: false}\n"), 0o644))
+	testkit.Must(t, os.WriteFile(dir+"/a.yaml", []byte("replicas: 2\nwriter: {enabled: false}\n"), 0o644))
+	testkit.Must(t, os.WriteFile(dir+"/b.yaml", []byte("writer: {serviceImports: false}\n"), 0o644))
 	v, err := valueOptions{files: []string{dir + "/a.yaml", dir + "/b.yaml"}, values: []string{"replicas=3"}, stringValues: []string{"clusterName=007"}}.merge(nil)
-	must(t, err)
+	testkit.Must(t, err)
 	w := v["writer"].(map[string]any)
 	if v["replicas"] != int64(3) || w["enabled"] != false || w["serviceImports"] != false || v["clusterName"] != "007" {
 		t.Errorf("merged values: %v", v)
@@ -117,13 +118,13 @@ func TestGlobalConfig(t *testing.T) {
     }
 }
 `)
-	must(t, err)
+	testkit.Must(t, err)
 	if !slices.Equal(c.zones, []string{"global.", "clusterset.local."}) || c.Writer || c.LeaseNamespace != "dns" || c.LeaseName != "writer" ||
 		!slices.Equal(c.Namespaces, []string{"db", "web"}) || c.Localities["east"][contract.ZoneKey] != "us-east-1a" || !slices.Equal(c.Topology, []string{contract.RegionKey}) {
 		t.Errorf("%+v", c)
 	}
 	c, err = globalConfig("Corefile", ".:53 {\n    global near.global global\n}\n")
-	must(t, err)
+	testkit.Must(t, err)
 	if !slices.Equal(c.zones, []string{"near.global.", "global."}) || !c.Writer || c.LeaseName != contract.DefaultLeaseName {
 		t.Errorf("%+v", c)
 	}
@@ -171,7 +172,7 @@ func TestNodeLocalForwards(t *testing.T) {
 		{"global:53 {\n    forward . 10.96.12.34\n}\n", "clusterset.local.", "no server block"},
 	} {
 		blocks, err := parseCorefile("Corefile", stock+c.extra)
-		must(t, err)
+		testkit.Must(t, err)
 		got := nodeLocalForwards(blocks, c.zone)
 		if (c.says == "") != (got == "") || !strings.Contains(got, c.says) {
 			t.Errorf("%q for %s: %q, want %q", c.extra, c.zone, got, c.says)
@@ -202,7 +203,7 @@ func TestCheckOutput(t *testing.T) {
 	b.Reset()
 	runChecks(t.Context(), &b, jsonOutput, time.Now(), cats[:1])
 	var out checkOutput
-	must(t, json.Unmarshal(b.Bytes(), &out))
+	testkit.Must(t, json.Unmarshal(b.Bytes(), &out))
 	if !out.Success || len(out.Categories) != 1 || len(out.Categories[0].Checks) != 2 || out.Categories[0].Checks[1].Result != "warning" {
 		t.Errorf("json:\n%s", b.String())
 	}
@@ -212,7 +213,7 @@ func TestCheckOutput(t *testing.T) {
 // heading is the anchor alone (GitHub's anchor is the heading's text).
 func TestHintsHaveSections(t *testing.T) {
 	doc, err := os.ReadFile("../../docs/troubleshooting.md")
-	must(t, err)
+	testkit.Must(t, err)
 	hc := &healthChecker{flags: &globalFlags{}, opts: &checkOptions{}}
 	for _, cat := range append(hc.categories(), hc.preCategories()...) {
 		for _, c := range cat.checkers {
@@ -220,13 +221,6 @@ func TestHintsHaveSections(t *testing.T) {
 				t.Errorf("%s: docs/troubleshooting.md has no heading `%s`", c.description, c.hintAnchor)
 			}
 		}
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -254,13 +248,13 @@ func TestRenderKeepsTheChartsNamespaces(t *testing.T) {
 // TestChartKinds: uninstall looks for every kind a template of the chart writes.
 func TestChartKinds(t *testing.T) {
 	kinds, err := chartKinds()
-	must(t, err)
+	testkit.Must(t, err)
 	written := map[string]bool{}
 	names, err := fs.Glob(deploy.Chart(), "templates/*.yaml")
-	must(t, err)
+	testkit.Must(t, err)
 	for _, name := range names {
 		data, err := fs.ReadFile(deploy.Chart(), name)
-		must(t, err)
+		testkit.Must(t, err)
 		for _, m := range regexp.MustCompile(`(?m)^kind: (\w+)$`).FindAllStringSubmatch(string(data), -1) {
 			written[m[1]] = true
 		}
@@ -283,9 +277,9 @@ func TestChartKinds(t *testing.T) {
 // build's version and runs its image; the chart as it is requires an image.
 func TestBuildChart(t *testing.T) {
 	files, err := deploy.BuildChart("1.2.3-4-gabcdef0", "registry.example.com:5000/dns/coredns-global:1.2.3-4-gabcdef0")
-	must(t, err)
+	testkit.Must(t, err)
 	c, err := chartOf(files)
-	must(t, err)
+	testkit.Must(t, err)
 	if c.Metadata.Version != "1.2.3-4-gabcdef0" || c.Metadata.AppVersion != "1.2.3-4-gabcdef0" {
 		t.Errorf("Chart.yaml: version %q, appVersion %q", c.Metadata.Version, c.Metadata.AppVersion)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
@@ -171,7 +172,7 @@ func TestRotationWithinTiers(t *testing.T) {
 		}
 		at := 0
 		for _, tier := range tiers {
-			if len(got) < at+len(tier) || !sameSet(got[at:at+len(tier)], tier) {
+			if len(got) < at+len(tier) || !testkit.SameSet(got[at:at+len(tier)], tier) {
 				t.Fatalf("tier order broken: %v", got)
 			}
 			at += len(tier)
@@ -189,10 +190,6 @@ func TestRotationWithinTiers(t *testing.T) {
 			t.Fatalf("rotate off: first %s", got)
 		}
 	}
-}
-
-func sameSet(a, b []string) bool {
-	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
 // RFC 8020: nothing exists below a name that does not; an empty non-terminal exists only above a

@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/globaldns/global/test/testkit"
 )
 
 // TestControlPlane starts one control plane and runs every real-cluster
@@ -44,25 +46,25 @@ func testCompactEtcd(t *testing.T, cp *ControlPlane) {
 	ctx := timeout(t, 2*time.Minute)
 	c := cp.Client.CoreV1().ConfigMaps("default")
 	cm, err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "compacted"}}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	old := cm.ResourceVersion
 	cm.Data = map[string]string{"k": "v"}
 	_, err = c.Update(ctx, cm, metav1.UpdateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	readAt := fmt.Sprintf(`{"key":"AA==","revision":"%s"}`, old)
-	must(t, cp.etcdCall(ctx, "/v3/kv/range", readAt, nil))
+	testkit.Must(t, cp.etcdCall(ctx, "/v3/kv/range", readAt, nil))
 	rev, err := cp.CompactEtcd(ctx)
-	must(t, err)
+	testkit.Must(t, err)
 	if err := cp.etcdCall(ctx, "/v3/kv/range", readAt, nil); err == nil || !strings.Contains(err.Error(), "compacted") {
 		t.Errorf("after compaction to %d, a read at %s: %v, want compacted", rev, old, err)
 	}
 	cp.StopAPIServer()
-	must(t, cp.StartAPIServer(ctx))
+	testkit.Must(t, cp.StartAPIServer(ctx))
 	w, err := c.Watch(ctx, metav1.ListOptions{ResourceVersion: old})
 	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return
 	}
-	must(t, err)
+	testkit.Must(t, err)
 	defer w.Stop()
 	select {
 	case e := <-w.ResultChan():
@@ -81,13 +83,6 @@ func timeout(t *testing.T, d time.Duration) context.Context {
 }
 
 // must fails the test on err.
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // endpointsByHost indexes the endpoints of slices by hostname.
 func endpointsByHost(slices []discoveryv1.EndpointSlice) map[string]discoveryv1.Endpoint {
 	m := map[string]discoveryv1.Endpoint{}
@@ -130,9 +125,9 @@ func sameReadiness(want map[string]bool) func([]discoveryv1.EndpointSlice) bool 
 func testStatefulSet(t *testing.T, cp *ControlPlane) {
 	ctx := timeout(t, 30*time.Second)
 	c := cp.Client
-	must(t, EnsureNamespace(ctx, c, "db"))
-	must(t, CreateNode(ctx, c, Node{Name: "node-a", Zone: "zone-a", Region: "region-1"}))
-	must(t, CreateStatefulSet(ctx, c, StatefulSet{
+	testkit.Must(t, EnsureNamespace(ctx, c, "db"))
+	testkit.Must(t, CreateNode(ctx, c, Node{Name: "node-a", Zone: "zone-a", Region: "region-1"}))
+	testkit.Must(t, CreateStatefulSet(ctx, c, StatefulSet{
 		Namespace: "db", Service: "foo",
 		Ports: []Port{{Name: "pg", Port: 5432}},
 		Pods: []Pod{
@@ -143,7 +138,7 @@ func testStatefulSet(t *testing.T, cp *ControlPlane) {
 	}))
 	begin := time.Now()
 	var got []discoveryv1.EndpointSlice
-	must(t, WaitForSlices(ctx, c, "db", "foo", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "db", "foo", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
 		return sameReadiness(map[string]bool{"foo-0": true, "foo-1": true, "foo-2": false})(s)
 	}))
@@ -186,16 +181,16 @@ func testStatefulSet(t *testing.T, cp *ControlPlane) {
 		}
 	}
 
-	must(t, SetPodReady(ctx, c, "db", "foo-2", true))
-	must(t, WaitForSlices(ctx, c, "db", "foo", sameReadiness(map[string]bool{"foo-0": true, "foo-1": true, "foo-2": true})))
-	must(t, SetPodReady(ctx, c, "db", "foo-0", false))
-	must(t, WaitForSlices(ctx, c, "db", "foo", sameReadiness(map[string]bool{"foo-0": false, "foo-1": true, "foo-2": true})))
+	testkit.Must(t, SetPodReady(ctx, c, "db", "foo-2", true))
+	testkit.Must(t, WaitForSlices(ctx, c, "db", "foo", sameReadiness(map[string]bool{"foo-0": true, "foo-1": true, "foo-2": true})))
+	testkit.Must(t, SetPodReady(ctx, c, "db", "foo-0", false))
+	testkit.Must(t, WaitForSlices(ctx, c, "db", "foo", sameReadiness(map[string]bool{"foo-0": false, "foo-1": true, "foo-2": true})))
 }
 
 func testMirror(t *testing.T, cp *ControlPlane) {
 	ctx := timeout(t, 30*time.Second)
 	c := cp.Client
-	must(t, EnsureNamespace(ctx, c, "db"))
+	testkit.Must(t, EnsureNamespace(ctx, c, "db"))
 	m := Mirror{
 		Namespace: "db", Service: "foo", Cluster: "target1",
 		Ports:     []Port{{Name: "pg", Port: 5432, TargetPort: 15432}},
@@ -203,14 +198,14 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 		Labels:    map[string]string{"app": "foo", LabelExported: "true"},
 	}
 	objs, err := CreateMirror(ctx, c, m)
-	must(t, err)
+	testkit.Must(t, err)
 	// Linkerd mirrors only ready remote pods: foo-1 has no per-pod mirror.
 	if objs.Service != "foo-target1" || objs.PodServices["foo-0"] != "foo-0-target1" || len(objs.ClusterIPs) != 1 {
 		t.Fatalf("objects %+v", objs)
 	}
 
 	svc, err := c.CoreV1().Services("db").Get(ctx, "foo-target1", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector != nil || *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack ||
 		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 5432 || svc.Spec.Ports[0].TargetPort.IntVal != 15432 ||
 		svc.Labels["app"] != "foo" || svc.Labels[LabelClusterName] != "target1" ||
@@ -218,7 +213,7 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 		t.Errorf("headless mirror service: %+v", svc)
 	}
 	ep, err := c.CoreV1().Endpoints("db").Get(ctx, "foo-target1", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if len(ep.Subsets) != 1 || len(ep.Subsets[0].Addresses) != 1 || len(ep.Subsets[0].NotReadyAddresses) != 0 ||
 		ep.Subsets[0].Addresses[0].Hostname != "foo-0" || ep.Subsets[0].Addresses[0].IP != objs.ClusterIPs["foo-0"] ||
 		ep.Subsets[0].Ports[0].Port != 15432 || ep.Annotations[AnnotationRemoteGatewayIdentity] == "" {
@@ -227,7 +222,7 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 
 	begin := time.Now()
 	var got []discoveryv1.EndpointSlice
-	must(t, WaitForSlices(ctx, c, "db", "foo-target1", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "db", "foo-target1", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
 		return sameReadiness(map[string]bool{"foo-0": true})(s)
 	}))
@@ -271,7 +266,7 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 	}
 	// The per-pod mirrors get slices of their own (to the gateway), which
 	// carry headless-mirror-svc-name: consumers must exclude them.
-	must(t, WaitForSlices(ctx, c, "db", "foo-0-target1", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "db", "foo-0-target1", func(s []discoveryv1.EndpointSlice) bool {
 		return len(s) == 1 && s[0].Labels[LabelHeadlessMirrorSvcName] == "foo-target1" &&
 			len(s[0].Endpoints) == 1 && s[0].Endpoints[0].Addresses[0] == GatewayIP
 	}))
@@ -280,26 +275,26 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 	// headless mirror's stay ready; then it comes back.
 	for _, alive := range []bool{false, true} {
 		n, err := SetGateway(ctx, c, "target1", alive)
-		must(t, err)
+		testkit.Must(t, err)
 		if n != 1 {
 			t.Errorf("SetGateway(%t) rewrote %d Endpoints, want the one per-pod mirror", alive, n)
 		}
-		must(t, WaitForSlices(ctx, c, "db", "foo-0-target1", func(s []discoveryv1.EndpointSlice) bool {
+		testkit.Must(t, WaitForSlices(ctx, c, "db", "foo-0-target1", func(s []discoveryv1.EndpointSlice) bool {
 			return len(s) == 1 && len(s[0].Endpoints) == 1 && *s[0].Endpoints[0].Conditions.Ready == alive
 		}))
-		must(t, WaitForSlices(ctx, c, "db", "foo-target1", sameReadiness(map[string]bool{"foo-0": true})))
+		testkit.Must(t, WaitForSlices(ctx, c, "db", "foo-target1", sameReadiness(map[string]bool{"foo-0": true})))
 	}
 
 	// foo-1 becomes ready, foo-2 appears.
 	m.Endpoints = []RemoteEndpoint{{Hostname: "foo-0", Ready: true}, {Hostname: "foo-1", Ready: true}, {Hostname: "foo-2", Ready: true}}
 	objs, err = UpdateMirror(ctx, c, m)
-	must(t, err)
-	must(t, WaitForSlices(ctx, c, "db", "foo-target1", sameReadiness(map[string]bool{"foo-0": true, "foo-1": true, "foo-2": true})))
+	testkit.Must(t, err)
+	testkit.Must(t, WaitForSlices(ctx, c, "db", "foo-target1", sameReadiness(map[string]bool{"foo-0": true, "foo-1": true, "foo-2": true})))
 	// foo-0 goes away: its per-pod Service goes too.
 	m.Endpoints = m.Endpoints[1:]
 	objs, err = UpdateMirror(ctx, c, m)
-	must(t, err)
-	must(t, WaitForSlices(ctx, c, "db", "foo-target1", sameReadiness(map[string]bool{"foo-1": true, "foo-2": true})))
+	testkit.Must(t, err)
+	testkit.Must(t, WaitForSlices(ctx, c, "db", "foo-target1", sameReadiness(map[string]bool{"foo-1": true, "foo-2": true})))
 	if _, err := c.CoreV1().Services("db").Get(ctx, "foo-0-target1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("per-pod service foo-0-target1 after removal: %v", err)
 	}
@@ -307,12 +302,12 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 		t.Errorf("objects after update %+v", objs)
 	}
 
-	must(t, DeleteMirror(ctx, c, "db", "foo", "target1"))
+	testkit.Must(t, DeleteMirror(ctx, c, "db", "foo", "target1"))
 	for _, svc := range []string{"foo-target1", "foo-1-target1", "foo-2-target1"} {
-		must(t, WaitForSlices(ctx, c, "db", svc, func(s []discoveryv1.EndpointSlice) bool { return len(s) == 0 }))
+		testkit.Must(t, WaitForSlices(ctx, c, "db", svc, func(s []discoveryv1.EndpointSlice) bool { return len(s) == 0 }))
 	}
 	svcs, err := c.CoreV1().Services("db").List(ctx, metav1.ListOptions{LabelSelector: LabelClusterName + "=target1"})
-	must(t, err)
+	testkit.Must(t, err)
 	if len(svcs.Items) != 0 {
 		t.Errorf("%d mirror services left after DeleteMirror", len(svcs.Items))
 	}
@@ -321,8 +316,8 @@ func testMirror(t *testing.T, cp *ControlPlane) {
 func testIPv6(t *testing.T, cp *ControlPlane) {
 	ctx := timeout(t, 30*time.Second)
 	c := cp.Client
-	must(t, EnsureNamespace(ctx, c, "v6"))
-	must(t, CreateNode(ctx, c, Node{Name: "node-b", Zone: "zone-b", Region: "region-1"}))
+	testkit.Must(t, EnsureNamespace(ctx, c, "v6"))
+	testkit.Must(t, CreateNode(ctx, c, Node{Name: "node-b", Zone: "zone-b", Region: "region-1"}))
 	pods := func(prefix string) []Pod {
 		return []Pod{
 			{Name: prefix + "-0", Node: "node-b", IP: "10.2.0.10", IPv6: "fd00:2::10", Ready: true},
@@ -343,12 +338,12 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 	}
 
 	// Dual-stack StatefulSet: one slice per family.
-	must(t, CreateStatefulSet(ctx, c, StatefulSet{
+	testkit.Must(t, CreateStatefulSet(ctx, c, StatefulSet{
 		Namespace: "v6", Service: "dual", Ports: []Port{{Name: "http", Port: 80, TargetPort: 8080}},
 		Pods: pods("dual"), IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 	}))
 	var got []discoveryv1.EndpointSlice
-	must(t, WaitForSlices(ctx, c, "v6", "dual", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "v6", "dual", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
 		m := byType(s)
 		return slices.Equal(m[discoveryv1.AddressTypeIPv4], []string{"10.2.0.10", "10.2.0.11"}) &&
@@ -362,11 +357,11 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 	}
 
 	// IPv6 single-stack StatefulSet: IPv6 slices only.
-	must(t, CreateStatefulSet(ctx, c, StatefulSet{
+	testkit.Must(t, CreateStatefulSet(ctx, c, StatefulSet{
 		Namespace: "v6", Service: "six", Ports: []Port{{Name: "http", Port: 80}},
 		Pods: pods("six"), IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol},
 	}))
-	must(t, WaitForSlices(ctx, c, "v6", "six", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "v6", "six", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
 		m := byType(s)
 		return len(m) == 1 && slices.Equal(m[discoveryv1.AddressTypeIPv6], []string{"fd00:2::10", "fd00:2::11"})
@@ -379,13 +374,13 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 		Endpoints: []RemoteEndpoint{{Hostname: "six-0", Ready: true}, {Hostname: "six-1", Ready: true}},
 	}
 	objs, err := CreateMirror(ctx, c, m)
-	must(t, err)
+	testkit.Must(t, err)
 	for h, ip := range objs.ClusterIPs {
 		if a := net.ParseIP(ip); a == nil || a.To4() != nil {
 			t.Fatalf("%s: per-pod ClusterIP %q is not IPv6", h, ip)
 		}
 	}
-	must(t, WaitForSlices(ctx, c, "v6", "six-west", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "v6", "six-west", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
 		return len(s) == 1 && s[0].AddressType == discoveryv1.AddressTypeIPv6 &&
 			sameReadiness(map[string]bool{"six-0": true, "six-1": true})(s)
@@ -395,8 +390,8 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 	// the headless mirror, and six-0 is rewritten into its notReadyAddresses.
 	m.Endpoints[1].Ready, m.GatewayDown = false, true
 	objs, err = UpdateMirror(ctx, c, m)
-	must(t, err)
-	must(t, WaitForSlices(ctx, c, "v6", "six-west", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, err)
+	testkit.Must(t, WaitForSlices(ctx, c, "v6", "six-west", func(s []discoveryv1.EndpointSlice) bool {
 		got = s
 		return len(s) == 1 && s[0].AddressType == discoveryv1.AddressTypeIPv6 && sameReadiness(map[string]bool{"six-0": false})(s)
 	}))
@@ -404,36 +399,36 @@ func testIPv6(t *testing.T, cp *ControlPlane) {
 		t.Errorf("six-1 kept its per-pod mirror: %+v", objs)
 	}
 	t.Logf("IPv6 mirror rewritten with the gateway down: %s", DescribeSlices(got))
-	must(t, DeleteMirror(ctx, c, "v6", "six", "west"))
+	testkit.Must(t, DeleteMirror(ctx, c, "v6", "six", "west"))
 }
 
 func testNegativeMirrors(t *testing.T, cp *ControlPlane) {
 	ctx := timeout(t, 30*time.Second)
 	c := cp.Client
-	must(t, EnsureNamespace(ctx, c, "web"))
+	testkit.Must(t, EnsureNamespace(ctx, c, "web"))
 	ports := []Port{{Name: "http", Port: 80, TargetPort: 8080}}
-	must(t, CreateClusterIPMirror(ctx, c, "web", "web", "target1", ports))
-	must(t, CreateRemoteDiscoveryMirror(ctx, c, "web", "api", "target1", ports))
+	testkit.Must(t, CreateClusterIPMirror(ctx, c, "web", "web", "target1", ports))
+	testkit.Must(t, CreateRemoteDiscoveryMirror(ctx, c, "web", "api", "target1", ports))
 	svc, err := c.CoreV1().Services("web").Get(ctx, "web-target1", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if svc.Spec.ClusterIP == "" || svc.Spec.ClusterIP == corev1.ClusterIPNone {
 		t.Errorf("clusterIP mirror has clusterIP %q", svc.Spec.ClusterIP)
 	}
-	must(t, WaitForSlices(ctx, c, "web", "web-target1", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "web", "web-target1", func(s []discoveryv1.EndpointSlice) bool {
 		return len(s) == 1 && len(s[0].Endpoints) == 1 && s[0].Endpoints[0].Addresses[0] == GatewayIP &&
 			*s[0].Ports[0].Port == GatewayPort
 	}))
 	// A dead gateway marks ClusterIP mirrors not ready too; remote-discovery mirrors have no Endpoints.
 	n, err := SetGateway(ctx, c, "target1", false)
-	must(t, err)
+	testkit.Must(t, err)
 	if n != 1 {
 		t.Errorf("SetGateway rewrote %d Endpoints, want web-target1's alone", n)
 	}
-	must(t, WaitForSlices(ctx, c, "web", "web-target1", func(s []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, WaitForSlices(ctx, c, "web", "web-target1", func(s []discoveryv1.EndpointSlice) bool {
 		return len(s) == 1 && len(s[0].Endpoints) == 1 && !*s[0].Endpoints[0].Conditions.Ready
 	}))
 	rd, err := c.CoreV1().Services("web").Get(ctx, "api-target1", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if rd.Labels[LabelRemoteDiscovery] != "target1" || rd.Labels[LabelRemoteService] != "api" {
 		t.Errorf("remote-discovery labels %v", rd.Labels)
 	}
@@ -449,11 +444,11 @@ func testKubeconfig(t *testing.T, cp *ControlPlane) {
 		ok    bool
 	}{{cp.adminToken, true}, {"not-a-token", false}} {
 		path, err := cp.KubeconfigFor(tc.token)
-		must(t, err)
+		testkit.Must(t, err)
 		cfg, err := clientcmd.BuildConfigFromFlags("", path)
-		must(t, err)
+		testkit.Must(t, err)
 		c, err := kubernetes.NewForConfig(cfg)
-		must(t, err)
+		testkit.Must(t, err)
 		_, err = c.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		if tc.ok && err != nil {
 			t.Errorf("admin token via %s: %v", path, err)
@@ -466,13 +461,13 @@ func testKubeconfig(t *testing.T, cp *ControlPlane) {
 
 func testCoreDNS(t *testing.T, cp *ControlPlane) {
 	ctx := timeout(t, 30*time.Second)
-	must(t, EnsureNamespace(ctx, cp.Client, "dnstest"))
-	must(t, CreateNode(ctx, cp.Client, Node{Name: "node-dns", Zone: "zone-a"}))
-	must(t, CreateStatefulSet(ctx, cp.Client, StatefulSet{
+	testkit.Must(t, EnsureNamespace(ctx, cp.Client, "dnstest"))
+	testkit.Must(t, CreateNode(ctx, cp.Client, Node{Name: "node-dns", Zone: "zone-a"}))
+	testkit.Must(t, CreateStatefulSet(ctx, cp.Client, StatefulSet{
 		Namespace: "dnstest", Service: "pg", Ports: []Port{{Name: "pg", Port: 5432}},
 		Pods: []Pod{{Name: "pg-0", Node: "node-dns", IP: "10.3.0.10", Ready: true}},
 	}))
-	must(t, WaitForSlices(ctx, cp.Client, "dnstest", "pg", func(s []discoveryv1.EndpointSlice) bool { return len(readiness(s)) == 1 }))
+	testkit.Must(t, WaitForSlices(ctx, cp.Client, "dnstest", "pg", func(s []discoveryv1.EndpointSlice) bool { return len(readiness(s)) == 1 }))
 
 	begin := time.Now()
 	c := StartCoreDNS(t, cp, `.:{{.Port}} {
@@ -493,7 +488,7 @@ func testCoreDNS(t *testing.T, cp *ControlPlane) {
 	}
 	for _, addr := range []string{"http://" + c.HealthAddr + "/health", "http://" + c.MetricsAddr + "/metrics"} {
 		resp, err := http.Get(addr)
-		must(t, err)
+		testkit.Must(t, err)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("GET %s: %s", addr, resp.Status)
@@ -507,10 +502,10 @@ func testCoreDNS(t *testing.T, cp *ControlPlane) {
 
 	// The demo's variant reads the addresses from a rendered Corefile.
 	ports, err := freePorts(2)
-	must(t, err)
+	testkit.Must(t, err)
 	corefile := fmt.Sprintf(".:%d {\n\tready 127.0.0.1:%d\n\twhoami\n}\n", ports[0], ports[1])
 	p, err := StartCoreDNSProcess(corefile, t.TempDir(), nil)
-	must(t, err)
+	testkit.Must(t, err)
 	defer p.Stop()
 	if p.Addr != "127.0.0.1:"+strconv.Itoa(ports[0]) || p.ReadyAddr != "127.0.0.1:"+strconv.Itoa(ports[1]) {
 		t.Errorf("parsed addresses %q %q from %q", p.Addr, p.ReadyAddr, corefile)

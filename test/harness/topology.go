@@ -108,3 +108,19 @@ func apply(ctx context.Context, c dynamic.ResourceInterface, u *unstructured.Uns
 		return err
 	})
 }
+
+// LinkerdNamespace is Linkerd's multicluster namespace, where its service mirrors run as these
+// ServiceAccounts (linkerd2, github.com/linkerd/linkerd2):
+//   - linkerd-service-mirror-<link>: multicluster/charts/linkerd-multicluster-link/templates/
+//     service-mirror.yaml, at stable-2.14.10, version-2.15 to version-2.20 and edge-26.8.3 (from 2.18
+//     made by the deprecated `linkerd multicluster link`);
+//   - controller-<link>: multicluster/charts/linkerd-multicluster/templates/controller/deployment.yaml
+//     and controller/rbac.yaml, at version-2.18 (edge-25.3.3) to version-2.20 and edge-26.8.3;
+//   - linkerd-local-service-mirror, which writes the federated services, <svc>-federated, labelled
+//     mirror.linkerd.io/mirrored-service (multicluster/service-mirror/cluster_watcher.go
+//     getFederatedServiceLabels): multicluster/charts/linkerd-multicluster/templates/
+//     local-service-mirror.yaml, at version-2.17 (edge-24.11.2) to version-2.20 and edge-26.8.3.
+//
+// The namespace is the charts' {{.Release.Namespace}}: linkerd-multicluster unless `--namespace`
+// (multicluster/cmd/link.go, link-gen.go) or Helm says otherwise.
+const LinkerdNamespace = "linkerd-multicluster"

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -138,7 +139,7 @@ func installPolicy(ctx context.Context, cp *harness.ControlPlane, rendered, toke
 	// A policy takes effect once the API server has read and compiled it.
 	probe := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "harness-policy-probe"},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 1}}}}
-	deadline := time.Now().Add(patience)
+	deadline := time.Now().Add(harness.Patience)
 	for {
 		_, err := as.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, probe, metav1.CreateOptions{})
 		switch {
@@ -152,7 +153,7 @@ func installPolicy(ctx context.Context, cp *harness.ControlPlane, rendered, toke
 			return fmt.Errorf("probe the policy %s: %w", policy, err)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the policy %s denies nothing after %v", policy, patience)
+			return fmt.Errorf("the policy %s denies nothing after %v", policy, harness.Patience)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -169,7 +170,7 @@ func deniedBy(err error, policy string) bool {
 // policy_source.go), later on a busy machine.
 func eventuallyInForce(t *testing.T, policy string, create func(metav1.CreateOptions) error) {
 	t.Helper()
-	eventually(t, "the policy "+policy+" in force", func() error {
+	harness.Eventually(t, "the policy "+policy+" in force", func() error {
 		if err := create(metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !deniedBy(err, policy) {
 			return fmt.Errorf("a write it denies, asked by dry run: %v", err)
 		}
@@ -189,17 +190,17 @@ func suffixWriter(t *testing.T, suffix string) string {
 		var rendered []string
 		for _, o := range objs {
 			b, err := yaml.Marshal(o.Object)
-			must(t, err)
+			testkit.Must(t, err)
 			rendered = append(rendered, string(b))
 		}
 		policy := strings.Join(rendered, "\n---\n")
 		if !writerPin.MatchString(policy) {
 			t.Fatalf("the policy of coredns-global%s pins no writer as anyLease expects:\n%s", suffix, policy)
 		}
-		must(t, installPolicy(context.Background(), cp, anyLease(policy), suffixWriters[suffix].Token, "coredns-global"+suffix+"-write"))
+		testkit.Must(t, installPolicy(context.Background(), cp, anyLease(policy), suffixWriters[suffix].Token, "coredns-global"+suffix+"-write"))
 	})
 	kubeconfig, err := cp.KubeconfigFor(suffixWriters[suffix].Token)
-	must(t, err)
+	testkit.Must(t, err)
 	return kubeconfig
 }
 
@@ -233,10 +234,10 @@ func TestWriterPolicy(t *testing.T) {
 	cfg := rest.CopyConfig(cp.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: writerUser, Groups: []string{"system:masters"}}
 	sa, err := kubernetes.NewForConfig(cfg)
-	must(t, err)
+	testkit.Must(t, err)
 	admin := client()
 	// The API server type-checks the policy's expressions against the resources' schemas.
-	eventuallyWithin(t, 5*time.Second, "the policy's type check", func() error {
+	harness.EventuallyWithin(t, 5*time.Second, "the policy's type check", func() error {
 		p, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "coredns-global-write", metav1.GetOptions{})
 		if err != nil || p.Status.ObservedGeneration != p.Generation || p.Status.TypeChecking == nil {
 			return fmt.Errorf("not checked yet: %v %+v", err, p)
@@ -251,7 +252,7 @@ func TestWriterPolicy(t *testing.T) {
 	// A foreign Service, and a foreign slice of it.
 	foreign, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "db"}, Ports: port}}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	slice := func(name string, labels map[string]string) *discoveryv1.EndpointSlice {
 		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.66"}}},
@@ -262,7 +263,7 @@ func TestWriterPolicy(t *testing.T) {
 	// the writes below are tried, which then fail as not found instead of denied.
 	foreignSlice, err := admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("db-abcde", map[string]string{
 		discoveryv1.LabelServiceName: "db", discoveryv1.LabelManagedBy: "db-controller.example.com"}), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	headless := func(name string, labels map[string]string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: port}}
 	}
@@ -282,10 +283,10 @@ func TestWriterPolicy(t *testing.T) {
 	// release's Service (another lease, so another globaldns.io/writer).
 	_, err = admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "checkout-global"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "checkout"}, Ports: port}}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	otherRelease := ourLabels("bar", "globaldns.io/writer", "coredns-global.other-writer")
 	_, err = admin.CoreV1().Services(ns).Create(ctx, headless("bar-global", otherRelease), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	ourSlice := func(name, svc string, more ...string) *discoveryv1.EndpointSlice {
 		return slice(name, ourLabels(svc, append([]string{discoveryv1.LabelServiceName, svc + "-global",
 			discoveryv1.LabelManagedBy, "global.globaldns.io", corev1.IsHeadlessService, ""}, more...)...))
@@ -294,7 +295,7 @@ func TestWriterPolicy(t *testing.T) {
 	// A tenant's own headless Service named as a global service's written one would be: the
 	// cluster DNS answers it from every slice naming it.
 	_, err = admin.CoreV1().Services(ns).Create(ctx, headless("app-global", nil), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	const owned = "coredns-global writes EndpointSlices only of the Services it wrote: app-global is not one"
 	denied := []struct {
 		what, message string
@@ -453,32 +454,32 @@ func TestWriterPolicy(t *testing.T) {
 	// What the writer writes: the -global Service, its slice and an MCS slice, updated, then deleted;
 	// and a Service of an old suffix, deleted.
 	svc, err := svcs.Create(ctx, headless("foo-global", ourLabels("foo")), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9187, Protocol: corev1.ProtocolTCP})
 	_, err = svcs.Update(ctx, svc, metav1.UpdateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	westSlice := ourSlice("foo-global-west-ipv4-0", "foo", "globaldns.io/source-cluster", "west")
 	westSlice.Annotations = map[string]string{"mirror.linkerd.io/remote-gateway-identity": "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.linkerd.west",
 		"mirror.linkerd.io/remote-svc-fq-name": "foo.db.svc.cluster.local"}
 	global, err := eps.Create(ctx, westSlice, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	global.Endpoints[0].Hostname = ptr.To("foo-0-west")
 	_, err = eps.Update(ctx, global, metav1.UpdateOptions{})
-	must(t, err)
-	must(t, eps.Delete(ctx, "foo-global-west-ipv4-0", metav1.DeleteOptions{}))
+	testkit.Must(t, err)
+	testkit.Must(t, eps.Delete(ctx, "foo-global-west-ipv4-0", metav1.DeleteOptions{}))
 	// An MCS slice it wrote with serviceImports on, deleted once it is off.
 	mcsSlice := ourSlice("foo-mcs-west-ipv4-0", "foo", "multicluster.kubernetes.io/service-name", "foo")
 	delete(mcsSlice.Labels, discoveryv1.LabelServiceName)
 	_, err = admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, mcsSlice, metav1.CreateOptions{})
-	must(t, err)
-	must(t, eps.Delete(ctx, "foo-mcs-west-ipv4-0", metav1.DeleteOptions{}))
-	must(t, svcs.Delete(ctx, "foo-global", metav1.DeleteOptions{}))
+	testkit.Must(t, err)
+	testkit.Must(t, eps.Delete(ctx, "foo-mcs-west-ipv4-0", metav1.DeleteOptions{}))
+	testkit.Must(t, svcs.Delete(ctx, "foo-global", metav1.DeleteOptions{}))
 	// Its warning on a Service in the way of one of its names.
 	_, err = sa.CoreV1().Events(ns).Create(ctx, event(ns, "db-global.conflict", corev1.EventTypeWarning, "GlobalServiceConflict", foreign.Name), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = admin.CoreV1().Services(ns).Create(ctx, headless("foo-old", ourLabels("foo")), metav1.CreateOptions{})
-	must(t, err)
-	must(t, svcs.Delete(ctx, "foo-old", metav1.DeleteOptions{}))
+	testkit.Must(t, err)
+	testkit.Must(t, svcs.Delete(ctx, "foo-old", metav1.DeleteOptions{}))
 }
 
 // TestParamPoliciesMatchOnlyWritersSlices: the API server evaluates a policy with params once per

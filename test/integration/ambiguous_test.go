@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -44,10 +45,10 @@ func TestAmbiguousShortNameClients(t *testing.T) {
 	ns1, ns2 := namespace(t), namespace(t)
 	for _, ns := range []string{ns1, ns2} {
 		_, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "bar", "west", true))
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	g := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns1+" "+ns2))
-	eventually(t, "bar.global ambiguous", func() error {
+	harness.Eventually(t, "bar.global ambiguous", func() error {
 		if r := ask(t, g, "tcp", "bar.global.", dns.TypeA); r.Rcode != dns.RcodeNameError || extendedError(r) == nil {
 			return fmt.Errorf("%s, EDE %v", dns.RcodeToString[r.Rcode], extendedError(r))
 		}
@@ -207,7 +208,7 @@ func queriesSince(t *testing.T, c *harness.CoreDNS, ip string, from int) string 
 	marker := fmt.Sprintf("marker-%d.cluster.local.", rand.Uint32())
 	exchange(t, ip+":53", "udp", marker, false)
 	var logs string
-	eventually(t, "the marker in the log", func() error {
+	harness.Eventually(t, "the marker in the log", func() error {
 		logs = c.Logs()[from:]
 		if !strings.Contains(logs, marker) {
 			return fmt.Errorf("no %s", marker)
@@ -249,7 +250,7 @@ func exchange(t *testing.T, addr, proto, qname string, edns bool) *dns.Msg {
 		m.SetEdns0(1232, false)
 	}
 	r, _, err := (&dns.Client{Net: proto, Timeout: 2 * time.Second}).Exchange(m, addr)
-	must(t, err)
+	testkit.Must(t, err)
 	return r
 }
 
@@ -363,13 +364,13 @@ func builtLookup(t *testing.T) lookupBin {
 	var b lookupBin
 	var err error
 	b.pure, err = harness.Built(harness.EnvLookupBin, "test")
-	must(t, err)
+	testkit.Must(t, err)
 	if b.cgo, err = harness.Built(harness.EnvLookupCgoBin, "test"); err != nil {
 		t.Logf("no cgo build (%v): glibc only through getent", err)
 		b.cgo = ""
 	}
 	info, err := buildinfo.ReadFile(b.pure)
-	must(t, err)
+	testkit.Must(t, err)
 	b.goVersion = info.GoVersion
 	return b
 }
@@ -398,7 +399,7 @@ func (b lookupBin) run(t *testing.T, client, resolvConf, name string) (r lookupR
 	if err != nil {
 		t.Fatalf("%s: %v: %s", client, err, out)
 	}
-	must(t, json.Unmarshal(out, &r))
+	testkit.Must(t, json.Unmarshal(out, &r))
 	return r
 }
 

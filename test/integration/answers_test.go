@@ -3,13 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -20,15 +20,15 @@ func TestIPv6(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
-	must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{
+	testkit.Must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{
 		Namespace: ns, Service: "foo", Ports: dbPorts, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 		Pods: []harness.Pod{{Name: "foo-0", Node: ns + "-a", IP: "10.244.1.10", IPv6: "fd00:244::10", Ready: true}},
 	}))
 	m := mirror(ns, "west", true)
 	m.IPv6 = true
 	west, err := harness.CreateMirror(ctx, client(), m)
-	must(t, err)
+	testkit.Must(t, err)
 	if !strings.Contains(west.ClusterIPs["foo-0"], ":") {
 		t.Fatalf("the IPv6 mirror's per-pod ClusterIP is %q", west.ClusterIPs["foo-0"])
 	}
@@ -38,14 +38,14 @@ func TestIPv6(t *testing.T) {
 	eventuallyExpect(t, c, fooNS, dns.TypeAAAA, dns.RcodeSuccess, "AAAA fd00:244::10", "AAAA "+west.ClusterIPs["foo-0"])
 	// The IPv4 slice is written apart from the IPv6 one: waited for too.
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10")
-	must(t, expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess)) // NODATA: west is IPv6 only
-	must(t, expect(t, c, "foo-0.east."+fooNS, dns.TypeAAAA, dns.RcodeSuccess, "AAAA fd00:244::10"))
+	testkit.Must(t, expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess)) // NODATA: west is IPv6 only
+	testkit.Must(t, expect(t, c, "foo-0.east."+fooNS, dns.TypeAAAA, dns.RcodeSuccess, "AAAA fd00:244::10"))
 
 	// One SRV per pod, not per address; glue of both families.
-	must(t, expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess,
+	testkit.Must(t, expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess,
 		"SRV 0 100 15432 foo-0.east."+fooNS, "SRV 2 100 5432 foo-0.west."+fooNS))
 	r := ask(t, c, "tcp", "_db._tcp."+fooNS, dns.TypeSRV)
-	if got := render(r.Extra); !slices.Equal(got, []string{"A 10.244.1.10", "AAAA fd00:244::10", "AAAA " + west.ClusterIPs["foo-0"]}) {
+	if got := harness.Render(r.Extra); !slices.Equal(got, []string{"A 10.244.1.10", "AAAA fd00:244::10", "AAAA " + west.ClusterIPs["foo-0"]}) {
 		t.Errorf("glue %q", got)
 	}
 }
@@ -56,10 +56,10 @@ func TestShortNames(t *testing.T) {
 	ns1, ns2 := namespace(t), namespace(t)
 	a, err := harness.CreateMirror(ctx, client(), harness.Mirror{Namespace: ns1, Service: "bar", Cluster: "west", Ports: dbPorts,
 		Endpoints: []harness.RemoteEndpoint{{Hostname: "bar-0", Ready: true}}})
-	must(t, err)
+	testkit.Must(t, err)
 	b, err := harness.CreateMirror(ctx, client(), harness.Mirror{Namespace: ns2, Service: "bar", Cluster: "west", Ports: dbPorts,
 		Endpoints: []harness.RemoteEndpoint{{Hostname: "bar-0", Ready: true}}})
-	must(t, err)
+	testkit.Must(t, err)
 
 	both := fmt.Sprintf(corefile, ns1+" "+ns2)
 	c := harness.StartCoreDNS(t, cp, both)
@@ -86,7 +86,7 @@ func TestShortNames(t *testing.T) {
 	preferred := strings.Replace(both, "cluster east", "cluster east\n        prefer_namespaces "+ns2, 1)
 	p := harness.StartCoreDNS(t, cp, preferred)
 	eventuallyExpect(t, p, "bar.global.", dns.TypeA, dns.RcodeSuccess, "A "+b.ClusterIPs["bar-0"])
-	must(t, expect(t, p, "_db._tcp.bar.global.", dns.TypeSRV, dns.RcodeSuccess, "SRV 2 100 5432 bar-0.west.bar."+ns2+".global."))
+	testkit.Must(t, expect(t, p, "_db._tcp.bar.global.", dns.TypeSRV, dns.RcodeSuccess, "SRV 2 100 5432 bar-0.west.bar."+ns2+".global."))
 
 	// Watching one namespace only, the short name is not ambiguous.
 	one := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns1))
@@ -110,7 +110,7 @@ func TestBigAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	testkit.Must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
 	sts := harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts}
 	local := map[string]bool{}
 	for i := range 20 {
@@ -118,7 +118,7 @@ func TestBigAnswer(t *testing.T) {
 		sts.Pods = append(sts.Pods, harness.Pod{Name: fmt.Sprintf("foo-%d", i), Node: ns + "-a", IP: ip, Ready: true})
 		local[ip] = true
 	}
-	must(t, harness.CreateStatefulSet(ctx, client(), sts))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), sts))
 	tiers := map[string]int{}
 	for i := range local {
 		tiers[i] = 0
@@ -129,7 +129,7 @@ func TestBigAnswer(t *testing.T) {
 			ready[i] = true
 		}
 		objs, err := harness.CreateMirror(ctx, client(), mirror(ns, cluster, ready...))
-		must(t, err)
+		testkit.Must(t, err)
 		for _, ip := range objs.ClusterIPs {
 			tiers[ip] = tier
 		}
@@ -138,7 +138,7 @@ func TestBigAnswer(t *testing.T) {
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns))
 	qname := "foo." + ns + ".global."
 	var full []dns.RR
-	eventually(t, "all 200 records over TCP", func() error {
+	harness.Eventually(t, "all 200 records over TCP", func() error {
 		full = ask(t, c, "tcp", qname, dns.TypeA).Answer
 		if len(full) != 200 {
 			return fmt.Errorf("%d records", len(full))
@@ -163,7 +163,7 @@ func TestBigAnswer(t *testing.T) {
 		}
 		r := c.Exchange(t, m, "udp")
 		if size == 4096 {
-			if r.Truncated || !slices.Equal(render(r.Answer), render(full)) {
+			if r.Truncated || !slices.Equal(harness.Render(r.Answer), harness.Render(full)) {
 				t.Errorf("buffer 4096: TC=%v with %d records, want the whole answer", r.Truncated, len(r.Answer))
 			}
 			continue
@@ -172,7 +172,7 @@ func TestBigAnswer(t *testing.T) {
 			t.Errorf("buffer %d: TC=%v with %d records, want TC and a non-empty prefix", size, r.Truncated, len(r.Answer))
 			continue
 		}
-		if got, want := render(r.Answer), render(full[:len(r.Answer)]); !slices.Equal(got, want) {
+		if got, want := harness.Render(r.Answer), harness.Render(full[:len(r.Answer)]); !slices.Equal(got, want) {
 			t.Errorf("buffer %d: the UDP answer is not the best-tier prefix of the full answer:\n%q\n%q", size, got, want)
 		}
 		r.Compress = true
@@ -184,14 +184,14 @@ func TestBigAnswer(t *testing.T) {
 
 	// The explanation of the same name: over UDP no more than 3 times the query, so TC and no
 	// records; over TCP all of it (a summary and 200 records).
-	must(t, noAmplification(qname, askCH(t, c, "udp", qname, 1232)))
+	testkit.Must(t, noAmplification(qname, askCH(t, c, "udp", qname, 1232)))
 	if r := askCH(t, c, "tcp", qname, 1232); r.Truncated || len(r.Answer) != 201 {
 		t.Errorf("CH TXT over TCP: TC=%v with %d records, want all 201", r.Truncated, len(r.Answer))
 	}
 
 	// Rotated (the default), a truncated answer still holds the nearest tier first, all of it.
 	rotating := harness.StartCoreDNS(t, cp, strings.Replace(fmt.Sprintf(corefile, ns), "        rotate off\n", "", 1))
-	eventually(t, "all 200 records over TCP, rotating", func() error {
+	harness.Eventually(t, "all 200 records over TCP, rotating", func() error {
 		if n := len(ask(t, rotating, "tcp", qname, dns.TypeA).Answer); n != 200 {
 			return fmt.Errorf("%d records", n)
 		}
@@ -209,7 +209,7 @@ func TestBigAnswer(t *testing.T) {
 		for i, rr := range r.Answer {
 			ip := rr.(*dns.A).A.String()
 			if tier := tiers[ip]; tier < last || (i < len(local)) != local[ip] {
-				t.Fatalf("rotating, buffer 1232: record %d (%s, tier %d) out of tier order: %q", i, ip, tier, render(r.Answer))
+				t.Fatalf("rotating, buffer 1232: record %d (%s, tier %d) out of tier order: %q", i, ip, tier, harness.Render(r.Answer))
 			} else {
 				last = tier
 			}
@@ -222,7 +222,7 @@ func TestBigAnswer(t *testing.T) {
 func TestNotSynced(t *testing.T) {
 	t.Parallel()
 	dead, err := cp.KubeconfigFor("x") // a valid kubeconfig ...
-	must(t, err)
+	testkit.Must(t, err)
 	kc := strings.Replace(readFile(t, dead), cp.APIServerURL(), "https://"+freeAddr(t), 1) // ... for an API that is not there
 	path := writeFile(t, "kubeconfig", kc)
 	ready := freeAddr(t)
@@ -244,9 +244,9 @@ func TestNotSynced(t *testing.T) {
 			t.Errorf("%s: EDE %v, want Not Ready", proto, ede)
 		}
 	}
-	must(t, expect(t, c, "global.", dns.TypeNS, dns.RcodeSuccess, "NS ns1.dns.global."))
+	testkit.Must(t, expect(t, c, "global.", dns.TypeNS, dns.RcodeSuccess, "NS ns1.dns.global."))
 	resp, err := http.Get("http://" + ready + "/ready")
-	must(t, err)
+	testkit.Must(t, err)
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusOK {
 		t.Error("/ready is 200 while the API is unsynced")
@@ -264,14 +264,14 @@ func TestReadyAndMetrics(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "broken-x", Labels: map[string]string{"mirror.linkerd.io/mirrored-service": "true"}},
 		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 1}}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 
 	tmpl := strings.Replace(fmt.Sprintf(corefile, ns), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    ready {{.Ready}}\n    prometheus {{.Metrics}}\n", 1)
 	c := harness.StartCoreDNS(t, cp, tmpl) // waits for /ready 200
 	eventuallyExpect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+west.ClusterIPs["foo-1"])
 
-	eventually(t, "metrics", func() error {
-		body := get(t, "http://"+c.MetricsAddr+"/metrics")
+	harness.Eventually(t, "metrics", func() error {
+		body := harness.Get(t, "http://"+c.MetricsAddr+"/metrics")
 		for _, want := range []string{
 			"coredns_global_services 1\n",
 			`coredns_global_records{cluster="east",state="ready"} 2` + "\n",
@@ -292,17 +292,6 @@ func TestReadyAndMetrics(t *testing.T) {
 	if n := strings.Count(c.Logs(), "broken-x"); n != 1 {
 		t.Errorf("the malformed Service is logged %d times, want once:\n%s", n, c.Logs())
 	}
-}
-
-func get(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	must(t, err)
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, err = io.Copy(&b, resp.Body)
-	must(t, err)
-	return b.String()
 }
 
 func grep(s, substr string) string {

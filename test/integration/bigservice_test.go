@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,7 @@ func TestBigServiceChanges(t *testing.T) {
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
 			Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	addr := func(e int) string { return fmt.Sprintf("10.70.%d.%d", e/200, e%200+1) }
 	// slice writes a slice of the endpoints [from, to) of big, those in notReady not ready, and
 	// more endpoints after them.
@@ -56,10 +57,10 @@ func TestBigServiceChanges(t *testing.T) {
 	}
 	for i := range 10 {
 		_, err := client().DiscoveryV1().EndpointSlices(ns).Create(ctx, part(i), metav1.CreateOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	west, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "big", "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 
 	name := "big." + ns + ".global."
@@ -76,7 +77,7 @@ func TestBigServiceChanges(t *testing.T) {
 		slices.Sort(want)
 		return func() error {
 			m := ask(t, c, "tcp", name, dns.TypeA)
-			got := render(m.Answer)
+			got := harness.Render(m.Answer)
 			slices.Sort(got)
 			if m.Rcode != dns.RcodeSuccess || !slices.Equal(got, want) {
 				return fmt.Errorf("%s A over TCP: %s, %d records, want %d (first difference: %s)", name, dns.RcodeToString[m.Rcode], len(got), len(want), firstDifference(got, want))
@@ -104,38 +105,38 @@ func TestBigServiceChanges(t *testing.T) {
 	update := func(es *discoveryv1.EndpointSlice) {
 		t.Helper()
 		_, err := client().DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 	}
 
-	eventually(t, "all 302 endpoints", answers(all(), true))
+	harness.Eventually(t, "all 302 endpoints", answers(all(), true))
 
 	update(part(3, 105))
-	eventually(t, "big-105 not ready", answers(all(105), true, 105))
+	harness.Eventually(t, "big-105 not ready", answers(all(105), true, 105))
 
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
-	must(t, err)
-	eventually(t, "west's gateway down", answers(all(105), false, 105))
+	testkit.Must(t, err)
+	harness.Eventually(t, "west's gateway down", answers(all(105), false, 105))
 
 	update(part(6, 207))
-	eventually(t, "big-207 not ready, west still down", answers(all(105, 207), false, 105, 207))
+	harness.Eventually(t, "big-207 not ready, west still down", answers(all(105, 207), false, 105, 207))
 
 	// A slice with 10 new endpoints and a not-ready copy of big-0 (as when endpoints move between
 	// slices): big-0 stays answered.
 	copyOf0 := discoveryv1.Endpoint{Addresses: []string{addr(0)}, Hostname: ptr.To("big-0"), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}}
 	_, err = client().DiscoveryV1().EndpointSlices(ns).Create(ctx, slice("big-d", 300, 310, nil, copyOf0), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	withD := append(all(105, 207), 300, 301, 302, 303, 304, 305, 306, 307, 308, 309)
-	eventually(t, "a slice of 10 more and a copy", answers(withD, false, 105, 207))
+	harness.Eventually(t, "a slice of 10 more and a copy", answers(withD, false, 105, 207))
 
 	// Now the ready big-0 goes from its slice: its not-ready copy in big-d is what is left of it.
 	update(slice("big-0", 1, 30, nil))
-	eventually(t, "big-0 only a not-ready copy", answers(slices.DeleteFunc(slices.Clone(withD), func(e int) bool { return e == 0 }), false, 0, 105, 207))
+	harness.Eventually(t, "big-0 only a not-ready copy", answers(slices.DeleteFunc(slices.Clone(withD), func(e int) bool { return e == 0 }), false, 0, 105, 207))
 
-	must(t, client().DiscoveryV1().EndpointSlices(ns).Delete(ctx, "big-d", metav1.DeleteOptions{}))
+	testkit.Must(t, client().DiscoveryV1().EndpointSlices(ns).Delete(ctx, "big-d", metav1.DeleteOptions{}))
 	update(part(0))
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", true, nil)
-	must(t, err)
-	eventually(t, "big-d gone, big-0 back, west up", answers(all(105, 207), true, 105, 207))
+	testkit.Must(t, err)
+	harness.Eventually(t, "big-d gone, big-0 back, west up", answers(all(105, 207), true, 105, 207))
 }
 
 // firstDifference names the first record in one sorted list and not in the other.

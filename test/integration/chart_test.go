@@ -16,6 +16,7 @@ import (
 
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/coredns/caddy/caddyfile"
 
@@ -37,7 +38,7 @@ func helms(t *testing.T) map[string]string {
 	out := map[string]string{}
 	for name, env := range map[string]string{"helm3": harness.EnvHelm3Bin, "helm4": harness.EnvHelm4Bin} {
 		bin, err := harness.Built(env, "helm")
-		must(t, err)
+		testkit.Must(t, err)
 		out[name] = bin
 	}
 	return out
@@ -111,7 +112,7 @@ func isMeta(m map[string]any) bool { _, kind := m["kind"]; _, name := m["name"];
 // render the same; both lint it clean; the API server accepts every object.
 func TestChartRendersTheKustomizations(t *testing.T) {
 	t.Parallel()
-	must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+	testkit.Must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
 	for _, c := range []struct{ kustomization, values string }{
 		{"deploy/base", ""},
 		{"deploy/overlays/ha", "values-ha.yaml"},
@@ -224,20 +225,20 @@ func TestChartValues(t *testing.T) {
 	}
 
 	rules, err := os.ReadFile(chartPath(t, "../monitoring/rules.yaml"))
-	must(t, err)
+	testkit.Must(t, err)
 	var wantRules map[string]any
-	must(t, yaml.Unmarshal(rules, &wantRules))
+	testkit.Must(t, yaml.Unmarshal(rules, &wantRules))
 	if spec := objs["PrometheusRule/coredns-global"].Object["spec"]; !reflect.DeepEqual(spec, wantRules) {
 		t.Errorf("the PrometheusRule's spec is not deploy/monitoring/rules.yaml")
 	}
 	dashboard, err := os.ReadFile(chartPath(t, "../monitoring/dashboard.json"))
-	must(t, err)
+	testkit.Must(t, err)
 	cm := objs["ConfigMap/coredns-global-dashboard"]
 	if got := cm.Object["data"].(map[string]any)["coredns-global.json"]; got != string(dashboard) || cm.GetLabels()["grafana_dashboard"] != "1" {
 		t.Errorf("the dashboard ConfigMap: labels %v, data equal %t", cm.GetLabels(), got == string(dashboard))
 	}
 	var d map[string]any
-	must(t, json.Unmarshal(dashboard, &d))
+	testkit.Must(t, json.Unmarshal(dashboard, &d))
 
 	// Writer off: DNS only, and no write rule, no Lease rule.
 	_, objs = helmTemplate(t, helm, "--set", "writer.enabled=false")
@@ -349,11 +350,11 @@ func TestChartImage(t *testing.T) {
 func chartAppVersion(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(chartPath(t, "Chart.yaml"))
-	must(t, err)
+	testkit.Must(t, err)
 	var chart struct {
 		AppVersion string `json:"appVersion"`
 	}
-	must(t, yaml.Unmarshal(b, &chart))
+	testkit.Must(t, yaml.Unmarshal(b, &chart))
 	if chart.AppVersion == "" {
 		t.Fatal("Chart.yaml has no appVersion")
 	}
@@ -368,7 +369,7 @@ func kubernetesVersion(t *testing.T) string {
 		return v
 	}
 	b, err := os.ReadFile(repoPath(t, "test/controlplane/kube/go.mod"))
-	must(t, err)
+	testkit.Must(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) == 3 && f[0] == "require" && f[1] == "k8s.io/kubernetes" {
 			return f[2]
@@ -398,11 +399,11 @@ func TestKubernetesRange(t *testing.T) {
 	oMaj, oMin := minor(tested[0])
 	nMaj, nMin := minor(tested[1])
 	b, err := os.ReadFile(chartPath(t, "Chart.yaml"))
-	must(t, err)
+	testkit.Must(t, err)
 	var chart struct {
 		KubeVersion string `json:"kubeVersion"`
 	}
-	must(t, yaml.Unmarshal(b, &chart))
+	testkit.Must(t, yaml.Unmarshal(b, &chart))
 	if want := fmt.Sprintf(">=%d.%d.0-0 <%d.%d.0-0", oMaj, oMin, nMaj, nMin+1); chart.KubeVersion != want {
 		t.Errorf("Chart.yaml's kubeVersion %q, the range tested %q", chart.KubeVersion, want)
 	}
@@ -433,13 +434,13 @@ func TestChartInstall(t *testing.T) {
 	h := helms(t)
 
 	const ns = "db"
-	must(t, harness.EnsureNamespace(ctx, admin, ns))
-	must(t, harness.CreateNode(ctx, admin, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
-	must(t, harness.CreateStatefulSet(ctx, admin, harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts, Pods: []harness.Pod{
+	testkit.Must(t, harness.EnsureNamespace(ctx, admin, ns))
+	testkit.Must(t, harness.CreateNode(ctx, admin, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, admin, harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts, Pods: []harness.Pod{
 		{Name: "foo-0", Node: "east-a", IP: "10.244.1.10", Ready: true}, {Name: "foo-1", Node: "east-a", IP: "10.244.1.11", Ready: true},
 	}}))
 	_, err := harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 
 	// The install guide's commands, then an upgrade: the Service's address is known from then on.
 	docNamespace(t, cp, "docs/install.md")
@@ -449,7 +450,7 @@ func TestChartInstall(t *testing.T) {
 		t.Errorf("install notes:\n%s", notes)
 	}
 	svc, err := admin.CoreV1().Services("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	upgrade := append([]string{"upgrade"}, install[1:]...)
 	notes = harness.RunHelm(t, h["helm4"], cp, upgrade...)
 	if !strings.Contains(notes, "global:53 {\n        cache\n        forward . "+svc.Spec.ClusterIP+"\n") || !strings.Contains(notes, "dig @"+svc.Spec.ClusterIP+" <svc>.<namespace>.global") ||
@@ -458,17 +459,17 @@ func TestChartInstall(t *testing.T) {
 	}
 	replicas := startRelease(t, cp, "coredns-global", "coredns-global", 2)
 	for _, c := range replicas {
-		eventually(t, "the local pods and west's", func() error { return answers(t, c, "foo.db.global.", 4) })
+		harness.Eventually(t, "the local pods and west's", func() error { return answers(t, c, "foo.db.global.", 4) })
 	}
 	waitLeader(t, replicas...)
-	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2}) })
+	harness.Eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2}) })
 
 	// Helm 3, DNS only, next to it: answers, and may write nothing.
 	harness.RunHelm(t, h["helm3"], cp, "install", "dns-only", chartPath(t, ""), "--namespace", "dns-only", "--create-namespace",
 		"--set", "writer.enabled=false,clusterName=east,image.repository="+imageRepository)
 	dnsOnly := startRelease(t, cp, "dns-only", "dns-only-coredns-global", 1)[0]
-	eventually(t, "the DNS-only release's answers", func() error { return answers(t, dnsOnly, "foo.db.global.", 4) })
-	if m := metric(t, dnsOnly, "coredns_global_leader"); m != "0" {
+	harness.Eventually(t, "the DNS-only release's answers", func() error { return answers(t, dnsOnly, "foo.db.global.", 4) })
+	if m := dnsOnly.Metric(t, "coredns_global_leader"); m != "0" {
 		t.Errorf("the DNS-only release leads: %s", m)
 	}
 	sa := clientFor(t, kubeconfigOf(t, cp, "dns-only", "dns-only-coredns-global"))
@@ -494,7 +495,7 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 	t.Helper()
 	root := repoPath(t)
 	text, err := os.ReadFile(filepath.Join(root, doc))
-	must(t, err)
+	testkit.Must(t, err)
 	for _, line := range strings.Split(string(text), "\n") {
 		if line = strings.TrimSpace(line); strings.HasPrefix(line, prefix) {
 			line, _, _ = strings.Cut(line, " #")
@@ -538,7 +539,7 @@ func docNamespace(t *testing.T, cp *harness.ControlPlane, doc string) {
 		harness.RunKubectl(t, cp, "", docCommand(t, doc, prefix)...)
 	}
 	ns, err := cp.Client.CoreV1().Namespaces().Get(context.Background(), "coredns-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" || ns.Labels["linkerd.io/extension"] != "global" {
 		t.Errorf("%s's namespace: labels %v", doc, ns.Labels)
 	}
@@ -549,9 +550,9 @@ func kubeconfigOf(t *testing.T, cp *harness.ControlPlane, ns, name string) strin
 	t.Helper()
 	tr, err := cp.Client.CoreV1().ServiceAccounts(ns).CreateToken(context.Background(), name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo[int64](3600)}}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	kubeconfig, err := cp.KubeconfigFor(tr.Status.Token)
-	must(t, err)
+	testkit.Must(t, err)
 	return kubeconfig
 }
 
@@ -561,9 +562,9 @@ func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int
 	t.Helper()
 	ctx := context.Background()
 	cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	env := podEnv(ns, kubeconfigOf(t, cp, ns, name), d.Spec.Template.Spec.Containers[0])
 	tmpl := localize(cm.Data["Corefile"], repoPath(t))
 	var out []*harness.CoreDNS
@@ -593,14 +594,14 @@ func rulesOf(t *testing.T, stream string) map[string][]string {
 	out := map[string][]string{}
 	for _, doc := range strings.Split(stream, "\n---\n") {
 		o := &unstructured.Unstructured{}
-		must(t, yaml.Unmarshal([]byte(doc), &o.Object))
+		testkit.Must(t, yaml.Unmarshal([]byte(doc), &o.Object))
 		if k := o.GetKind(); k != "ClusterRole" && k != "Role" {
 			continue
 		}
 		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
 		for _, r := range rules {
 			b, err := json.Marshal(r)
-			must(t, err)
+			testkit.Must(t, err)
 			key := o.GetKind() + "/" + o.GetName() + " " + o.GetNamespace()
 			out[key] = append(out[key], string(b))
 		}
@@ -617,11 +618,11 @@ func TestChartRBAC(t *testing.T) {
 	t.Parallel()
 	helm := helms(t)["helm4"]
 	var doc []any
-	must(t, yaml.Unmarshal([]byte(fencedBlocks(readFile(t, repoPath(t, "docs/rbac.md")), "yaml")[0]), &doc))
+	testkit.Must(t, yaml.Unmarshal([]byte(fencedBlocks(readFile(t, repoPath(t, "docs/rbac.md")), "yaml")[0]), &doc))
 	documented := map[string]bool{}
 	for _, r := range doc {
 		b, err := json.Marshal(r)
-		must(t, err)
+		testkit.Must(t, err)
 		documented[string(b)] = true
 	}
 	all, _ := helmTemplate(t, helm, "--set", "writer.serviceImports=true,clientLocality.sources={pod}")
@@ -691,7 +692,7 @@ func TestChartNetworkPolicy(t *testing.T) {
 	}
 	text, objs := helmTemplate(t, helm, "--set", "networkPolicy.enabled=true,networkPolicy.metrics.namespaceSelector.matchLabels.team=observability",
 		"--set", "networkPolicy.metrics.podSelector.matchLabels.app=prometheus")
-	must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+	testkit.Must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
 	harness.RunKubectl(t, cp, text, "apply", "-f", "-", "--server-side", "--dry-run=server", "--namespace", "coredns-global")
 	np := as[networkingv1.NetworkPolicy](t, objs["NetworkPolicy/coredns-global"])
 	tpl := as[appsv1.Deployment](t, objs["Deployment/coredns-global"]).Spec.Template
@@ -744,13 +745,13 @@ func TestChartGrantsTheContract(t *testing.T) {
 		stream, objs := helmTemplate(t, helm, args...)
 		corefile := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
 		blocks, err := caddyfile.Parse("Corefile", strings.NewReader(corefile), nil)
-		must(t, err)
+		testkit.Must(t, err)
 		var ts []contract.Token
 		for _, tok := range blocks[0].Tokens[contract.Name] {
 			ts = append(ts, contract.Token{Text: tok.Text, Line: tok.Line})
 		}
 		o, err := contract.Read(contract.Directives(contract.Name, ts)[0].Block)
-		must(t, err)
+		testkit.Must(t, err)
 		o.LeaseNamespace = cmp.Or(o.LeaseNamespace, ns)
 		allowed := boundRules(t, stream, ns, sa)
 		for _, a := range append(o.Needs(), o.LinksRead()...) {
@@ -770,7 +771,7 @@ func boundRules(t *testing.T, stream, ns, sa string) func(contract.Access) bool 
 	var bindings []*unstructured.Unstructured
 	for _, doc := range strings.Split(stream, "\n---\n") {
 		u := &unstructured.Unstructured{}
-		must(t, yaml.Unmarshal([]byte(doc), &u.Object))
+		testkit.Must(t, yaml.Unmarshal([]byte(doc), &u.Object))
 		switch u.GetKind() {
 		case "ClusterRole":
 			roles["ClusterRole//"+u.GetName()] = as[rbacv1.ClusterRole](t, u).Rules

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -60,20 +61,20 @@ func TestClientRankedAnswers(t *testing.T) {
 		{Name: ns + "-b", Zone: "za", Region: "r1", Addresses: []string{nodeB}, PodCIDRs: []string{"10.61.2.0/24"}},
 		{Name: ns + "-c", Zone: "zb", Region: "r1", Addresses: []string{nodeC}, PodCIDRs: []string{"10.61.3.0/24"}},
 	} {
-		must(t, harness.CreateNode(ctx, client(), n))
+		testkit.Must(t, harness.CreateNode(ctx, client(), n))
 	}
 	zz := harness.StatefulSet{Namespace: ns, Service: "zz", Ports: dbPorts, Pods: []harness.Pod{
 		{Name: "zz-0", Node: ns + "-a", IP: "10.61.1.10", Ready: true},
 		{Name: "zz-1", Node: ns + "-b", IP: "10.61.2.10", Ready: true},
 		{Name: "zz-2", Node: ns + "-c", IP: "10.61.3.10", Ready: true},
 	}}
-	must(t, harness.CreateStatefulSet(ctx, client(), zz))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), zz))
 	// A client pod on node c, with a loopback address to send from.
-	must(t, harness.CreatePod(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "app"}, harness.Pod{Name: "app-0", Node: ns + "-c", IP: appPod, Ready: true}))
+	testkit.Must(t, harness.CreatePod(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "app"}, harness.Pod{Name: "app-0", Node: ns + "-c", IP: appPod, Ready: true}))
 	west, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "zz", "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	north, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "zz", "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	createForwarder(t, ns, fwd)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(clientsCorefile, ns))
 
@@ -86,24 +87,24 @@ func TestClientRankedAnswers(t *testing.T) {
 	answers := func(from, ecs, qname string, want []string, scope int) func() error {
 		return answersFrom(c, from, ecs, qname, want, scope)
 	}
-	eventually(t, "answers from node a", answers(nodeA, "", name, fromA, -1))
-	eventually(t, "answers from node c", answers(nodeC, "", name, fromC, -1))
-	must(t, answers(nodeB, "", name, fromB, -1)())
-	must(t, answers("127.0.0.1", "", name, cluster, -1)())
-	must(t, answers(fwd, "", name, cluster, -1)())
-	must(t, answers(nodeA, "", near, fromA[:1], -1)())
-	eventually(t, "answers from a pod on node c", answers(appPod, "", name, fromC, -1))
+	harness.Eventually(t, "answers from node a", answers(nodeA, "", name, fromA, -1))
+	harness.Eventually(t, "answers from node c", answers(nodeC, "", name, fromC, -1))
+	testkit.Must(t, answers(nodeB, "", name, fromB, -1)())
+	testkit.Must(t, answers("127.0.0.1", "", name, cluster, -1)())
+	testkit.Must(t, answers(fwd, "", name, cluster, -1)())
+	testkit.Must(t, answers(nodeA, "", near, fromA[:1], -1)())
+	harness.Eventually(t, "answers from a pod on node c", answers(appPod, "", name, fromC, -1))
 	// A forwarder passing its client's address: a pod's IP, or a prefix of a Node's pod CIDR.
-	eventually(t, "ECS of a pod on node a", answers(fwd, "10.61.1.10/32", name, fromA, 32))
-	must(t, answers(fwd, "10.61.2.0/24", name, fromB, 24)())
-	must(t, answers(fwd, "10.9.9.9/32", name, cluster, 32)())
+	harness.Eventually(t, "ECS of a pod on node a", answers(fwd, "10.61.1.10/32", name, fromA, 32))
+	testkit.Must(t, answers(fwd, "10.61.2.0/24", name, fromB, 24)())
+	testkit.Must(t, answers(fwd, "10.9.9.9/32", name, cluster, 32)())
 
 	// Real clients bound to a Node's address: dig, and Go's resolver, whose SRV answer is sorted
 	// by priority, the client's tiers.
 	digFrom := func(from, qname, qtype string) []string {
 		host, port, _ := net.SplitHostPort(c.Addr)
 		out, err := exec.Command("dig", "-b", from, "@"+host, "-p", port, "+short", "+tries=3", qname, qtype).CombinedOutput()
-		must(t, err)
+		testkit.Must(t, err)
 		return strings.Fields(string(out))
 	}
 	if _, err := exec.LookPath("dig"); err != nil {
@@ -116,7 +117,7 @@ func TestClientRankedAnswers(t *testing.T) {
 		t.Errorf("dig -b %s %s: %q", nodeA, name, got)
 	}
 	_, srvs, err := boundResolver(c, nodeA).LookupSRV(ctx, "db", "tcp", name)
-	must(t, err)
+	testkit.Must(t, err)
 	var priorities []string
 	for _, s := range srvs {
 		priorities = append(priorities, fmt.Sprintf("%d %s", s.Priority, strings.TrimSuffix(s.Target, "."+name)))
@@ -126,11 +127,11 @@ func TestClientRankedAnswers(t *testing.T) {
 		t.Errorf("Go's resolver from node a, SRV: %q, want %q", priorities, want)
 	}
 	addrs, err := boundResolver(c, nodeA).LookupHost(ctx, near)
-	must(t, err)
+	testkit.Must(t, err)
 	if !slices.Equal(addrs, fromA[:1]) {
 		t.Errorf("Go's resolver from node a, %s: %q", near, addrs)
 	}
-	must(t, explains(t, c, name, dns.RcodeSuccess, "service="+ns+"/zz records=5", "client=unknown"))
+	testkit.Must(t, explains(t, c, name, dns.RcodeSuccess, "service="+ns+"/zz records=5", "client=unknown"))
 	lines, _ := explanationFrom(t, c, nodeA, name)
 	if len(lines) == 0 || !strings.Contains(lines[0], fmt.Sprintf("client=node:%s-a,zone:za,region:r1 client-from=node", ns)) ||
 		!slices.ContainsFunc(lines, func(l string) bool {
@@ -140,19 +141,19 @@ func TestClientRankedAnswers(t *testing.T) {
 	}
 
 	// zz-0 moves from node a to node c: node a sees its zone first now, node c its two pods.
-	must(t, harness.DeletePod(ctx, client(), ns, "zz-0"))
-	eventually(t, "zz-0 gone", answers(nodeA, "", name, []string{"10.61.2.10", w, "10.61.3.10", n}, -1))
-	must(t, harness.CreatePod(ctx, client(), zz, harness.Pod{Name: "zz-0", Node: ns + "-c", IP: "10.61.3.11", Ready: true}))
-	eventually(t, "zz-0 on node c, from node a", answers(nodeA, "", name, []string{"10.61.2.10", w, "10.61.3.11", "10.61.3.10", n}, -1))
-	must(t, answers(nodeC, "", near, []string{"10.61.3.11", "10.61.3.10"}, -1)())
-	must(t, answers(nodeA, "", near, []string{"10.61.2.10", w}, -1)())
+	testkit.Must(t, harness.DeletePod(ctx, client(), ns, "zz-0"))
+	harness.Eventually(t, "zz-0 gone", answers(nodeA, "", name, []string{"10.61.2.10", w, "10.61.3.10", n}, -1))
+	testkit.Must(t, harness.CreatePod(ctx, client(), zz, harness.Pod{Name: "zz-0", Node: ns + "-c", IP: "10.61.3.11", Ready: true}))
+	harness.Eventually(t, "zz-0 on node c, from node a", answers(nodeA, "", name, []string{"10.61.2.10", w, "10.61.3.11", "10.61.3.10", n}, -1))
+	testkit.Must(t, answers(nodeC, "", near, []string{"10.61.3.11", "10.61.3.10"}, -1)())
+	testkit.Must(t, answers(nodeA, "", near, []string{"10.61.2.10", w}, -1)())
 }
 
 // hostAddr returns an IPv4 address of this host that is not a loopback one.
 func hostAddr(t *testing.T) string {
 	t.Helper()
 	addrs, err := net.InterfaceAddrs()
-	must(t, err)
+	testkit.Must(t, err)
 	for _, a := range addrs {
 		if p, ok := a.(*net.IPNet); ok && p.IP.To4() != nil && !p.IP.IsLoopback() && !p.IP.IsLinkLocalUnicast() {
 			return p.IP.String()
@@ -170,13 +171,13 @@ func createForwarder(t *testing.T, ns, addr string) {
 		ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: ns},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = client().DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "kube-dns-1", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "kube-dns"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 }
 
 // noScope: the reply's ECS option is not checked (a forwarder's rewrite decides what it returns).
@@ -188,7 +189,7 @@ const noScope = -2
 func answersFrom(c *harness.CoreDNS, from, ecs, qname string, want []string, scope int) func() error {
 	return func() error {
 		for _, proto := range []string{"udp", "tcp"} {
-			r, err := askFrom(c, proto, from, ecs, qname, dns.TypeA)
+			r, err := c.AskFrom(proto, from, ecs, qname, dns.TypeA)
 			if err != nil {
 				return err
 			}
@@ -198,28 +199,6 @@ func answersFrom(c *harness.CoreDNS, from, ecs, qname string, want []string, sco
 		}
 		return nil
 	}
-}
-
-// askFrom sends qname over proto from address from, with an ECS option of prefix ecs when not "".
-func askFrom(c *harness.CoreDNS, proto, from, ecs, qname string, qtype uint16) (*dns.Msg, error) {
-	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(qname), qtype)
-	m.SetEdns0(4096, false)
-	if ecs != "" {
-		ip, p, err := net.ParseCIDR(ecs)
-		if err != nil {
-			return nil, err
-		}
-		bits, _ := p.Mask.Size()
-		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: uint8(bits), Address: ip.To4()})
-	}
-	var local net.Addr = &net.UDPAddr{IP: net.ParseIP(from)}
-	if proto == "tcp" {
-		local = &net.TCPAddr{IP: net.ParseIP(from)}
-	}
-	cl := &dns.Client{Net: proto, Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: local, Timeout: 2 * time.Second}}
-	r, _, err := cl.Exchange(m, c.Addr)
-	return r, err
 }
 
 // aRecords is an answer's A records, in order.
@@ -265,7 +244,7 @@ func explanationFrom(t *testing.T, c *harness.CoreDNS, from, qname string) ([]st
 	m.Question[0].Qclass = dns.ClassCHAOS
 	cl := &dns.Client{Net: "tcp", Timeout: 2 * time.Second, Dialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}}
 	r, _, err := cl.Exchange(m, c.Addr)
-	must(t, err)
+	testkit.Must(t, err)
 	var lines []string
 	for _, rr := range r.Answer {
 		if txt, ok := rr.(*dns.TXT); ok {

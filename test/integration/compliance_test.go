@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -27,12 +28,12 @@ func TestProtocolCompliance(t *testing.T) {
 			}
 			m := mirrorOf(ns, "s"+fmt.Sprint(n), cluster, ready...)
 			_, err := harness.CreateMirror(ctx, client(), m)
-			must(t, err)
+			testkit.Must(t, err)
 		}
 	}
 	// A Service name of 63 bytes, the longest label.
 	long := "l" + strings.Repeat("o", 61) + "g"
-	must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: long, Ports: dbPorts,
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: long, Ports: dbPorts,
 		Pods: []harness.Pod{{Name: "long-0", Node: ns + "-a", IP: "10.244.9.1", Ready: true}}}))
 
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns))
@@ -41,7 +42,7 @@ func TestProtocolCompliance(t *testing.T) {
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, all...)
 	// The long name's slice is kube-controller-manager's to write, after its Pod: waited for too.
 	eventuallyExpect(t, c, long+"."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.9.1")
-	eventually(t, "s255 complete", func() error {
+	harness.Eventually(t, "s255 complete", func() error {
 		if r := ask(t, c, "tcp", "s255."+ns+".global.", dns.TypeA); len(r.Answer) != 255 {
 			return fmt.Errorf("%d records", len(r.Answer))
 		}
@@ -90,7 +91,7 @@ func TestProtocolCompliance(t *testing.T) {
 			}
 			// Unknown types: NODATA with the SOA, never silence.
 			for _, qtype := range []uint16{65280, dns.TypeMX, dns.TypeCAA} {
-				must(t, expect(t, c, fooNS, qtype, dns.RcodeSuccess))
+				testkit.Must(t, expect(t, c, fooNS, qtype, dns.RcodeSuccess))
 			}
 			// ANY: the addresses.
 			r = exchange(proto, question(fooNS, dns.TypeANY))
@@ -125,7 +126,7 @@ func TestProtocolCompliance(t *testing.T) {
 				t.Errorf("mixed case: %v", r)
 			}
 			// A 63-byte label; a 255-byte name.
-			must(t, expect(t, c, long+"."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.9.1"))
+			testkit.Must(t, expect(t, c, long+"."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.9.1"))
 			name := ns + ".global."
 			for len(name) < 254-63 {
 				name = strings.Repeat("x", 62) + "." + name
@@ -151,7 +152,7 @@ func TestProtocolCompliance(t *testing.T) {
 		for _, size := range []uint16{512, 1232, 4096} {
 			r := exchange("udp", withEDNS(question(qname, dns.TypeA), size, false))
 			got := len(r.Answer)
-			if strings.Join(render(r.Answer), "|") != strings.Join(render(full.Answer[:got]), "|") {
+			if strings.Join(harness.Render(r.Answer), "|") != strings.Join(harness.Render(full.Answer[:got]), "|") {
 				t.Errorf("%s at %d: not a prefix of the full answer", qname, size)
 			}
 			if r.Truncated != (got < n) {

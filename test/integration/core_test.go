@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -63,10 +64,10 @@ func fooAndWest(t *testing.T) (string, *harness.MirrorObjects) {
 func meshIn(t *testing.T, c kubernetes.Interface, ns string, m harness.Mirror) *harness.MirrorObjects {
 	t.Helper()
 	ctx := context.Background()
-	must(t, harness.EnsureNamespace(ctx, c, ns))
+	testkit.Must(t, harness.EnsureNamespace(ctx, c, ns))
 	localFooIn(t, c, ns)
 	objs, err := harness.CreateMirror(ctx, c, m)
-	must(t, err)
+	testkit.Must(t, err)
 	return objs
 }
 
@@ -77,9 +78,9 @@ func localFoo(t *testing.T, ns string) { localFooIn(t, client(), ns) }
 func localFooIn(t *testing.T, c kubernetes.Interface, ns string) {
 	ctx := context.Background()
 	for _, n := range []harness.Node{{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}, {Name: ns + "-b", Zone: "us-east-1b", Region: "us-east-1"}} {
-		must(t, harness.CreateNode(ctx, c, n))
+		testkit.Must(t, harness.CreateNode(ctx, c, n))
 	}
-	must(t, harness.CreateStatefulSet(ctx, c, harness.StatefulSet{
+	testkit.Must(t, harness.CreateStatefulSet(ctx, c, harness.StatefulSet{
 		Namespace: ns, Service: "foo", Ports: dbPorts,
 		Pods: []harness.Pod{
 			{Name: "foo-0", Node: ns + "-a", IP: "10.244.1.10", Ready: true},
@@ -90,9 +91,9 @@ func localFooIn(t *testing.T, c kubernetes.Interface, ns string) {
 	// kube-controller-manager's endpointslice controller publishes the pods as their statuses
 	// come, in one sync or in several: wait until it lists all three, so that no test takes the
 	// fixture still settling for a change (a write, an answer) of its own.
-	wait, cancel := context.WithTimeout(ctx, patience)
+	wait, cancel := context.WithTimeout(ctx, harness.Patience)
 	defer cancel()
-	must(t, harness.WaitForSlices(wait, c, ns, "foo", func(sl []discoveryv1.EndpointSlice) bool {
+	testkit.Must(t, harness.WaitForSlices(wait, c, ns, "foo", func(sl []discoveryv1.EndpointSlice) bool {
 		n := 0
 		for _, es := range sl {
 			n += len(es.Endpoints)
@@ -106,10 +107,10 @@ func TestCoreScenario(t *testing.T) {
 	ctx := context.Background()
 	ns, west := fooAndWest(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true, false))
-	must(t, err)
+	testkit.Must(t, err)
 	// Linkerd objects that are never global services.
-	must(t, harness.CreateClusterIPMirror(ctx, client(), ns, "web", "west", dbPorts))
-	must(t, harness.CreateRemoteDiscoveryMirror(ctx, client(), ns, "rd", "west", dbPorts))
+	testkit.Must(t, harness.CreateClusterIPMirror(ctx, client(), ns, "web", "west", dbPorts))
+	testkit.Must(t, harness.CreateRemoteDiscoveryMirror(ctx, client(), ns, "rd", "west", dbPorts))
 
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns))
 	zone := "global."
@@ -123,9 +124,9 @@ func TestCoreScenario(t *testing.T) {
 		"A " + north.ClusterIPs["foo-0"],
 	}
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, all...)
-	must(t, expect(t, c, "foo."+zone, dns.TypeA, dns.RcodeSuccess, all...))
-	must(t, expect(t, c, "FoO."+ns+".GLOBAL.", dns.TypeA, dns.RcodeSuccess, all...))
-	must(t, expect(t, c, fooNS, dns.TypeAAAA, dns.RcodeSuccess))
+	testkit.Must(t, expect(t, c, "foo."+zone, dns.TypeA, dns.RcodeSuccess, all...))
+	testkit.Must(t, expect(t, c, "FoO."+ns+".GLOBAL.", dns.TypeA, dns.RcodeSuccess, all...))
+	testkit.Must(t, expect(t, c, fooNS, dns.TypeAAAA, dns.RcodeSuccess))
 
 	// SRV: priority = tier, equal weights within a tier; local pods on their slice (target)
 	// port, mirrors on the mirror Service's port; A glue for every target.
@@ -136,48 +137,48 @@ func TestCoreScenario(t *testing.T) {
 		"SRV 2 50 5432 " + target("foo-1", "west"),
 		"SRV 3 100 5432 " + target("foo-0", "north"),
 	}
-	must(t, expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess, srv...))
-	must(t, expect(t, c, "_db._tcp.foo."+zone, dns.TypeSRV, dns.RcodeSuccess, srv...))
-	must(t, expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, srv...))
+	testkit.Must(t, expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess, srv...))
+	testkit.Must(t, expect(t, c, "_db._tcp.foo."+zone, dns.TypeSRV, dns.RcodeSuccess, srv...))
+	testkit.Must(t, expect(t, c, fooNS, dns.TypeSRV, dns.RcodeSuccess, srv...))
 	if m := ask(t, c, "udp", "_db._tcp."+fooNS, dns.TypeSRV); len(m.Extra) != 6 { // 5 glue + OPT
 		t.Errorf("SRV additional section: %v", m.Extra)
 	}
 
 	// Per cluster and per pod.
-	must(t, expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+west.ClusterIPs["foo-1"]))
-	must(t, expect(t, c, "east."+fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11"))
-	must(t, expect(t, c, target("foo-1", "west"), dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-1"]))
-	must(t, expect(t, c, target("foo-1", "east"), dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
-	must(t, expect(t, c, target("foo-2", "east"), dns.TypeA, dns.RcodeNameError))  // not ready
-	must(t, expect(t, c, target("foo-1", "north"), dns.TypeA, dns.RcodeNameError)) // not ready
-	must(t, expect(t, c, "elsewhere."+fooNS, dns.TypeA, dns.RcodeNameError))
+	testkit.Must(t, expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+west.ClusterIPs["foo-1"]))
+	testkit.Must(t, expect(t, c, "east."+fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11"))
+	testkit.Must(t, expect(t, c, target("foo-1", "west"), dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-1"]))
+	testkit.Must(t, expect(t, c, target("foo-1", "east"), dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
+	testkit.Must(t, expect(t, c, target("foo-2", "east"), dns.TypeA, dns.RcodeNameError))  // not ready
+	testkit.Must(t, expect(t, c, target("foo-1", "north"), dns.TypeA, dns.RcodeNameError)) // not ready
+	testkit.Must(t, expect(t, c, "elsewhere."+fooNS, dns.TypeA, dns.RcodeNameError))
 
 	// Never global services: ClusterIP mirrors, remote-discovery mirrors, per-pod endpoint mirrors.
 	for _, name := range []string{"web", "rd", "foo-0", "web-west", "foo-0-west"} {
-		must(t, expect(t, c, name+"."+ns+"."+zone, dns.TypeA, dns.RcodeNameError))
+		testkit.Must(t, expect(t, c, name+"."+ns+"."+zone, dns.TypeA, dns.RcodeNameError))
 	}
 
 	// Linking a new cluster, in this cluster's zone, shows up without a restart, in tier 1.
 	south, err := harness.CreateMirror(ctx, client(), mirror(ns, "south", true))
-	must(t, err)
+	testkit.Must(t, err)
 	withSouth := append(all[:2:2], append([]string{"A " + south.ClusterIPs["foo-0"]}, all[2:]...)...)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, withSouth...)
-	must(t, expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess,
+	testkit.Must(t, expect(t, c, "_db._tcp."+fooNS, dns.TypeSRV, dns.RcodeSuccess,
 		append(srv[:2:2], append([]string{"SRV 1 100 5432 " + target("foo-0", "south")}, srv[2:]...)...)...))
 
 	// west's gateway goes down: Linkerd marks west's per-pod mirrors not ready (liveness_test.go
 	// has the details).
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
-	must(t, err)
+	testkit.Must(t, err)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess,
 		"A 10.244.1.10", "A 10.244.2.11", "A "+south.ClusterIPs["foo-0"], "A "+north.ClusterIPs["foo-0"])
-	must(t, expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
+	testkit.Must(t, expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
 
 	// Unlinking north removes its records.
-	must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "north"))
+	testkit.Must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "north"))
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A "+south.ClusterIPs["foo-0"])
 
 	// The local pod foo-2 becomes ready.
-	must(t, harness.SetPodReady(ctx, client(), ns, "foo-2", true))
+	testkit.Must(t, harness.SetPodReady(ctx, client(), ns, "foo-2", true))
 	eventuallyExpect(t, c, "east."+fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A 10.244.1.12")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -25,7 +26,7 @@ func TestCorefilesStart(t *testing.T) {
 	cp := harness.Start(t)
 	examples := map[string]string{}
 	files, err := filepath.Glob(filepath.Join(root, "corefile", "*.Corefile"))
-	must(t, err)
+	testkit.Must(t, err)
 	for _, f := range files {
 		examples[strings.TrimPrefix(f, root+"/")] = readFile(t, f)
 	}
@@ -55,7 +56,7 @@ func TestCorefilesStart(t *testing.T) {
 			tmpl := localize(corefile, root)
 			c := harness.StartCoreDNS(t, cp, tmpl, harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "KUBERNETES_SERVICE_HOST="))
 			for _, zone := range zones(corefile) {
-				eventually(t, zone+" SOA", func() error {
+				harness.Eventually(t, zone+" SOA", func() error {
 					r := ask(t, c, "udp", zone, dns.TypeSOA)
 					if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
 						return fmt.Errorf("%s SOA: %s %v", zone, dns.RcodeToString[r.Rcode], r.Answer)
@@ -89,7 +90,7 @@ func markdownFiles(t *testing.T, root string) []string {
 		}
 		return nil
 	})
-	must(t, err)
+	testkit.Must(t, err)
 	return out
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/demo"
+	"github.com/globaldns/global/test/testkit"
 )
 
 // TestDemo runs what `make run` runs, on a free port, and checks what it shows.
@@ -20,12 +21,12 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	defer d.Stop()
-	must(t, d.WaitAnswers(ctx))
+	testkit.Must(t, d.WaitAnswers(ctx))
 	var shown strings.Builder
 	d.Show(&shown)
 	// Local pods first, in an order that rotates.
 	_, after, _ := strings.Cut(shown.String(), "A foo.global +short\n")
-	if first := strings.Fields(after); len(first) < 3 || !sameSet(first[:3], []string{"10.244.1.10", "10.244.2.11", "10.244.1.12"}) {
+	if first := strings.Fields(after); len(first) < 3 || !testkit.SameSet(first[:3], []string{"10.244.1.10", "10.244.2.11", "10.244.1.12"}) {
 		t.Errorf("the demo does not show the local pods first:\n%s", shown.String())
 	}
 	for _, want := range []string{

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -34,7 +35,7 @@ func objectsOf(t *testing.T, stream string) map[string]*unstructured.Unstructure
 	objs := map[string]*unstructured.Unstructured{}
 	for _, doc := range strings.Split(stream, "\n---\n") {
 		u := &unstructured.Unstructured{}
-		must(t, yaml.Unmarshal([]byte(doc), &u.Object))
+		testkit.Must(t, yaml.Unmarshal([]byte(doc), &u.Object))
 		if len(u.Object) == 0 { // Helm's empty documents, or only comments
 			continue
 		}
@@ -49,7 +50,7 @@ func as[T any](t *testing.T, u *unstructured.Unstructured) *T {
 		t.Fatal("missing object")
 	}
 	var out T
-	must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &out))
+	testkit.Must(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &out))
 	return &out
 }
 
@@ -61,7 +62,7 @@ func TestDeployRenders(t *testing.T) {
 		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
 			yamlText, objs := kustomize(t, dir)
 			// Namespaced objects need their namespace to exist even for a dry run.
-			must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+			testkit.Must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
 			harness.RunKubectl(t, cp, yamlText, "apply", "-f", "-", "--server-side", "--dry-run=server")
 
 			d := as[appsv1.Deployment](t, objs["Deployment/coredns-global"])
@@ -135,12 +136,12 @@ func TestPodSecurityRestricted(t *testing.T) {
 	if l := base["Namespace/coredns-global"].GetLabels(); l["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Errorf("deploy/base's Namespace: labels %v", l)
 	}
-	must(t, harness.EnsureNamespace(ctx, c, ns))
+	testkit.Must(t, harness.EnsureNamespace(ctx, c, ns))
 	n, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	n.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
 	_, err = c.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	// What admission looks up: the ServiceAccount and the HA PriorityClass.
 	_, err = c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns-global"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

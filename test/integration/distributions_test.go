@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"sigs.k8s.io/yaml"
 )
@@ -163,7 +164,7 @@ func TestForwardingOnEveryDistribution(t *testing.T) {
 	plugin := harness.StartCoreDNS(t, cp, "global:{{.Port}} {\n    global {\n        namespaces "+ns+"\n        endpointslices off\n    }\n}\n",
 		harness.WithEnv("KUBECONFIG="+cp.Kubeconfig, "KUBERNETES_SERVICE_HOST="))
 	qname := "foo." + ns + ".global."
-	eventually(t, "the plugin's answer", func() error { return answers(t, plugin, qname, 4) })
+	harness.Eventually(t, "the plugin's answer", func() error { return answers(t, plugin, qname, 4) })
 
 	doc := readFile(t, repoPath(t, "docs/install.md"))
 	snippets := installSnippets(t, doc)
@@ -182,7 +183,7 @@ func TestForwardingOnEveryDistribution(t *testing.T) {
 	}
 
 	var stub map[string][]string
-	must(t, json.Unmarshal([]byte(snippets["gke"]), &stub))
+	testkit.Must(t, json.Unmarshal([]byte(snippets["gke"]), &stub))
 	if len(stub["global"]) != 1 || len(stub) != 1 {
 		t.Fatalf("docs/install.md's stubDomains: %v", stub)
 	}
@@ -201,7 +202,7 @@ func TestForwardingOnEveryDistribution(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			front := harness.StartCoreDNS(t, cp, localize(onMachine.Replace(c.corefile), repoPath(t)),
 				harness.WithEnv("KUBERNETES_SERVICE_HOST="), harness.WithFiles(files))
-			eventually(t, c.name+": the plugin's answer through the cluster DNS", func() error { return answers(t, front, qname, 4) })
+			harness.Eventually(t, c.name+": the plugin's answer through the cluster DNS", func() error { return answers(t, front, qname, 4) })
 		})
 	}
 }
@@ -228,7 +229,7 @@ func installSnippets(t *testing.T, doc string) map[string]string {
 			Data     map[string]string
 			Corefile string
 		}
-		must(t, yaml.Unmarshal([]byte(b), &v))
+		testkit.Must(t, yaml.Unmarshal([]byte(b), &v))
 		switch {
 		case v.Metadata.Name == "coredns-custom":
 			out["coredns-custom"] = v.Data["global.server"]

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 )
 
 // ecsCorefile is the plugin with every client source, the option taken from %[3]s, listening
@@ -63,23 +64,23 @@ func TestECSFromTrustedSourcesOnly(t *testing.T) {
 		{Name: ns + "-a", Zone: "za", Region: "r1", Addresses: []string{nodeA}, PodCIDRs: []string{"10.64.1.0/24"}},
 		{Name: ns + "-c", Zone: "zb", Region: "r1", Addresses: []string{nodeC}, PodCIDRs: []string{"10.64.3.0/24"}},
 	} {
-		must(t, harness.CreateNode(ctx, client(), n))
+		testkit.Must(t, harness.CreateNode(ctx, client(), n))
 	}
 	zz := harness.StatefulSet{Namespace: ns, Service: "zz", Ports: dbPorts, Pods: []harness.Pod{
 		{Name: "zz-0", Node: ns + "-a", IP: "10.64.1.10", Ready: true},
 		{Name: "zz-2", Node: ns + "-c", IP: "10.64.3.10", Ready: true},
 	}}
-	must(t, harness.CreateStatefulSet(ctx, client(), zz))
-	must(t, harness.CreatePod(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "app"}, harness.Pod{Name: "app-0", Node: ns + "-c", IP: appPod, Ready: true}))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), zz))
+	testkit.Must(t, harness.CreatePod(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "app"}, harness.Pod{Name: "app-0", Node: ns + "-c", IP: appPod, Ready: true}))
 	createForwarder(t, ns, fwd)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsCorefile, ns, fwd, ns+"/kube-dns"))
 	_, port, err := net.SplitHostPort(c.Addr)
-	must(t, err)
+	testkit.Must(t, err)
 	front := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsForwarder, net.JoinHostPort(fwd, port)))
 	// The plugin behind the shared cache trusts another resolver, not the cluster DNS.
 	untrusting := harness.StartCoreDNS(t, cp, fmt.Sprintf(ecsCorefile, ns, fwd, "192.0.2.53"))
 	_, port, err = net.SplitHostPort(untrusting.Addr)
-	must(t, err)
+	testkit.Must(t, err)
 	shared := harness.StartCoreDNS(t, cp, fmt.Sprintf(sharedForwarder, net.JoinHostPort(fwd, port)))
 
 	name := "zz." + ns + ".global."
@@ -87,21 +88,21 @@ func TestECSFromTrustedSourcesOnly(t *testing.T) {
 	answers := func(at *harness.CoreDNS, from, ecs string, want []string, scope int) func() error {
 		return answersFrom(at, from, ecs, name, want, scope)
 	}
-	eventually(t, "the pod on node c, from its node", answers(c, appPod, "", fromC, -1))
+	harness.Eventually(t, "the pod on node c, from its node", answers(c, appPod, "", fromC, -1))
 	// A pod claiming to ask for a pod of node a, or for node a itself: not a forwarder, ignored.
-	must(t, answers(c, appPod, "10.64.1.10/32", fromC, -1)())
-	must(t, answers(c, appPod, nodeA+"/32", fromC, -1)())
-	must(t, answers(c, nodeC, "10.64.1.0/24", fromC, -1)())
-	must(t, answers(c, "127.0.0.1", "10.64.3.10/32", fromA, -1)()) // the cluster's view
+	testkit.Must(t, answers(c, appPod, "10.64.1.10/32", fromC, -1)())
+	testkit.Must(t, answers(c, appPod, nodeA+"/32", fromC, -1)())
+	testkit.Must(t, answers(c, nodeC, "10.64.1.0/24", fromC, -1)())
+	testkit.Must(t, answers(c, "127.0.0.1", "10.64.3.10/32", fromA, -1)()) // the cluster's view
 	// The forwarder's option is taken: it says who its client is.
-	must(t, answers(c, fwd, "10.64.3.10/32", fromC, 32)())
+	testkit.Must(t, answers(c, fwd, "10.64.3.10/32", fromC, 32)())
 	// Through the forwarder, whatever the client claims, it is answered as itself.
-	eventually(t, "the pod on node c, through the forwarder", answers(front, appPod, "10.64.1.10/32", fromC, noScope))
-	must(t, answers(front, nodeA, "10.64.3.10/32", fromA, noScope)())
-	must(t, answers(front, appPod, "", fromC, noScope)())
+	harness.Eventually(t, "the pod on node c, through the forwarder", answers(front, appPod, "10.64.1.10/32", fromC, noScope))
+	testkit.Must(t, answers(front, nodeA, "10.64.3.10/32", fromA, noScope)())
+	testkit.Must(t, answers(front, appPod, "", fromC, noScope)())
 	// The shared cache: the pod's claim of node c goes through to the plugin, which ignores it from
 	// the cluster DNS; the answer cached is the cluster's view, for the pod and for node a after it.
-	eventually(t, "the cluster's view through the shared cache", answers(shared, appPod, "10.64.3.10/32", fromA, noScope))
-	must(t, answers(shared, nodeA, "", fromA, noScope)())
-	must(t, answers(untrusting, fwd, "10.64.3.10/32", fromA, -1)())
+	harness.Eventually(t, "the cluster's view through the shared cache", answers(shared, appPod, "10.64.3.10/32", fromA, noScope))
+	testkit.Must(t, answers(shared, nodeA, "", fromA, noScope)())
+	testkit.Must(t, answers(untrusting, fwd, "10.64.3.10/32", fromA, -1)())
 }

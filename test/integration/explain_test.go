@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -89,13 +90,13 @@ func TestExplain(t *testing.T) {
 	ns, west := fooAndWest(t)
 	other := namespace(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = harness.CreateMirror(ctx, client(), mirrorOf(other, "foo", "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	bar, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "bar", "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "north", false, nil)
-	must(t, err)
+	testkit.Must(t, err)
 
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns+" "+other))
 	fooNS := "foo." + ns + ".global."
@@ -109,7 +110,7 @@ func TestExplain(t *testing.T) {
 	west1 := line(west.ClusterIPs["foo-1"], "foo-1", "west", "2", "region:us-east-1", "foo-west", "ready")
 	northDown := line(north.ClusterIPs["foo-0"], "foo-0", "north", "3", "none", "foo-north", "gateway-down")
 
-	eventually(t, "explanations", func() error {
+	harness.Eventually(t, "explanations", func() error {
 		return explains(t, c, fooNS, dns.RcodeSuccess, "service="+ns+"/foo records=4 left-out=2 synced=true", local0, local2, west1, northDown)
 	})
 	for _, tc := range []struct {
@@ -133,7 +134,7 @@ func TestExplain(t *testing.T) {
 			"cluster=west tier=2 why=region:us-east-1 locality=region:us-east-1,zone:us-east-1b from=corefile services=3 ready=4",
 			"cluster=north tier=3 why=none locality=region:eu-north-1,zone:eu-north-1a from=corefile services=1 ready=0 not-ready=0 terminating=0 gateway-down=1"}},
 	} {
-		must(t, explains(t, c, tc.qname, tc.rcode, tc.want...))
+		testkit.Must(t, explains(t, c, tc.qname, tc.rcode, tc.want...))
 		// IN has the same rcode; IN TXT never carries the explanation (MongoDB reads IN TXT).
 		for _, proto := range []string{"udp", "tcp"} {
 			if in := ask(t, c, proto, tc.qname, dns.TypeTXT); in.Rcode != tc.rcode || len(in.Answer) != 0 {
@@ -145,7 +146,7 @@ func TestExplain(t *testing.T) {
 	// Over UDP a long explanation is no amplifier: truncated, without records, at most 3 times the
 	// query; dig asks again over TCP (the checks above read it there).
 	for _, size := range []uint16{512, 1232, 4096} {
-		must(t, noAmplification(fooNS, askCH(t, c, "udp", fooNS, size)))
+		testkit.Must(t, noAmplification(fooNS, askCH(t, c, "udp", fooNS, size)))
 	}
 
 	// explain_from: only those sources may ask; others are refused, as with explain off.
@@ -174,7 +175,7 @@ func TestRotation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	testkit.Must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
 	sts := harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts}
 	var tier0 []string
 	for i := range 3 {
@@ -182,16 +183,16 @@ func TestRotation(t *testing.T) {
 		sts.Pods = append(sts.Pods, harness.Pod{Name: fmt.Sprintf("foo-%d", i), Node: ns + "-a", IP: ip, Ready: true})
 		tier0 = append(tier0, "A "+ip)
 	}
-	must(t, harness.CreateStatefulSet(ctx, client(), sts))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), sts))
 	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	tiers := [][]string{tier0, {"A " + west.ClusterIPs["foo-0"], "A " + west.ClusterIPs["foo-1"]}, {"A " + north.ClusterIPs["foo-0"]}}
 
 	c := harness.StartCoreDNS(t, cp, strings.Replace(fmt.Sprintf(corefile, ns), "        rotate off\n", "", 1))
 	fooNS := "foo." + ns + ".global."
-	eventually(t, "all 6 records", func() error {
+	harness.Eventually(t, "all 6 records", func() error {
 		if n := len(ask(t, c, "udp", fooNS, dns.TypeA).Answer); n != 6 {
 			return fmt.Errorf("%d records", n)
 		}
@@ -200,10 +201,10 @@ func TestRotation(t *testing.T) {
 	const queries = 1000
 	first := map[string]int{}
 	for i := range queries {
-		got := render(ask(t, c, []string{"udp", "tcp"}[i%2], fooNS, dns.TypeA).Answer)
+		got := harness.Render(ask(t, c, []string{"udp", "tcp"}[i%2], fooNS, dns.TypeA).Answer)
 		at := 0
 		for _, tier := range tiers {
-			if len(got) < at+len(tier) || !sameSet(got[at:at+len(tier)], tier) {
+			if len(got) < at+len(tier) || !testkit.SameSet(got[at:at+len(tier)], tier) {
 				t.Fatalf("query %d: tier order broken: %q", i, got)
 			}
 			at += len(tier)
@@ -216,8 +217,4 @@ func TestRotation(t *testing.T) {
 		}
 	}
 	t.Logf("first address over %d queries: %v", queries, first)
-}
-
-func sameSet(a, b []string) bool {
-	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	appsv1 "k8s.io/api/apps/v1"
@@ -43,7 +44,7 @@ func TestFirstDay(t *testing.T) {
 		t.Fatalf("%s has no `make image`", doc)
 	}
 	tarball, err := harness.Built(harness.EnvImageTar, "image")
-	must(t, err)
+	testkit.Must(t, err)
 	install := docCommand(t, doc, "helm install coredns-global ")
 	template := append([]string{"template"}, install[1:]...)
 	rendered := harness.RunHelm(t, helm, nil, append(template, "--kube-version", strings.TrimPrefix(kubernetesVersion(t), "v"))...)
@@ -61,12 +62,12 @@ func TestFirstDay(t *testing.T) {
 	docNamespace(t, own, doc)
 	harness.RunHelm(t, helm, own, install...)
 	replicas := startRelease(t, own, "coredns-global", "coredns-global", 1)
-	eventually(t, "the answers of the installed release", func() error { return answers(t, replicas[0], "foo.db.global.", 4) })
-	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 3, "west": 2}) })
+	harness.Eventually(t, "the answers of the installed release", func() error { return answers(t, replicas[0], "foo.db.global.", 4) })
+	harness.Eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 3, "west": 2}) })
 	role, err := admin.RbacV1().ClusterRoles().Get(ctx, "coredns-global-write", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	written, err := admin.CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if o := written.OwnerReferences; len(o) != 1 || o[0].Kind != "ClusterRole" || o[0].Name != role.Name || o[0].UID != role.UID || o[0].Controller != nil {
 		t.Errorf("foo-global's owners %+v, want ClusterRole %s (%s)", o, role.Name, role.UID)
 	}
@@ -74,7 +75,7 @@ func TestFirstDay(t *testing.T) {
 	// Upgrade to three replicas: the rollout a kubelet would do, one replica after another.
 	harness.RunHelm(t, helm, own, docCommand(t, doc, "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --values ")...)
 	d, err := admin.AppsV1().Deployments("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if ru := d.Spec.Strategy.RollingUpdate; *d.Spec.Replicas != 3 || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 ||
 		!slices.Contains(d.Spec.Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "CLUSTER_NAME", Value: "east"}) {
 		t.Errorf("upgraded: replicas %d, strategy %+v, env %+v", *d.Spec.Replicas, d.Spec.Strategy, d.Spec.Template.Spec.Containers[0].Env)
@@ -82,7 +83,7 @@ func TestFirstDay(t *testing.T) {
 	stopAll(replicas...)
 	replicas = startRelease(t, own, "coredns-global", "coredns-global", 3)
 	for _, c := range replicas {
-		eventually(t, "the answers of the upgraded release", func() error { return answers(t, c, "foo.db.global.", 4) })
+		harness.Eventually(t, "the answers of the upgraded release", func() error { return answers(t, c, "foo.db.global.", 4) })
 	}
 	waitLeader(t, replicas...)
 
@@ -99,9 +100,9 @@ func TestFirstDay(t *testing.T) {
 	harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl apply -k ")...)
 	replicas = startRelease(t, own, "coredns-global", "coredns-global", 2)
 	for _, c := range replicas {
-		eventually(t, "the answers of the kustomization", func() error { return answers(t, c, "foo.db.global.", 4) })
+		harness.Eventually(t, "the answers of the kustomization", func() error { return answers(t, c, "foo.db.global.", 4) })
 	}
-	eventually(t, "the slices written under kustomize", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 3, "west": 2}) })
+	harness.Eventually(t, "the slices written under kustomize", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 3, "west": 2}) })
 	harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl delete -k ")...)
 	stopAll(replicas...)
 	leftNothing(t, own, doc)
@@ -116,13 +117,13 @@ func TestFirstDay(t *testing.T) {
 func nameCluster(t *testing.T, cp *harness.ControlPlane, name string, linked ...string) {
 	t.Helper()
 	ctx := context.Background()
-	must(t, cp.InstallTopologyCRDs(ctx))
+	testkit.Must(t, cp.InstallTopologyCRDs(ctx))
 	dyn, err := dynamic.NewForConfig(cp.Config)
-	must(t, err)
-	must(t, harness.SetClusterProperty(ctx, dyn, name))
-	must(t, harness.EnsureNamespace(ctx, cp.Client, "linkerd-multicluster"))
+	testkit.Must(t, err)
+	testkit.Must(t, harness.SetClusterProperty(ctx, dyn, name))
+	testkit.Must(t, harness.EnsureNamespace(ctx, cp.Client, "linkerd-multicluster"))
 	for _, cluster := range linked {
-		must(t, harness.ApplyLink(ctx, dyn, "linkerd-multicluster", cluster, nil))
+		testkit.Must(t, harness.ApplyLink(ctx, dyn, "linkerd-multicluster", cluster, nil))
 	}
 }
 
@@ -139,7 +140,7 @@ func stopAll(cs ...*harness.CoreDNS) {
 func leftNothing(t *testing.T, cp *harness.ControlPlane, doc string) {
 	t.Helper()
 	check := docCommand(t, doc, "kubectl get services,endpointslices ")
-	eventuallyLong(t, "nothing left by the writer", func() error {
+	harness.EventuallyLong(t, "nothing left by the writer", func() error {
 		if out := harness.RunKubectl(t, cp, "", check...); strings.TrimSpace(out) != "" {
 			return fmt.Errorf("left:\n%s", out)
 		}
@@ -153,7 +154,7 @@ func foreignVersions(ctx context.Context, t *testing.T, cp *harness.ControlPlane
 	t.Helper()
 	out := map[string]string{}
 	svcs, err := cp.Client.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by!=coredns-global"})
-	must(t, err)
+	testkit.Must(t, err)
 	for _, s := range svcs.Items {
 		out["Service/"+s.Name] = s.ResourceVersion
 	}
@@ -165,7 +166,7 @@ func foreignVersions(ctx context.Context, t *testing.T, cp *harness.ControlPlane
 func imageName(t *testing.T, tarball string) string {
 	t.Helper()
 	f, err := os.Open(tarball)
-	must(t, err)
+	testkit.Must(t, err)
 	defer f.Close()
 	tr := tar.NewReader(f)
 	for {
@@ -173,12 +174,12 @@ func imageName(t *testing.T, tarball string) string {
 		if errors.Is(err, io.EOF) {
 			t.Fatalf("%s has no index.json", tarball)
 		}
-		must(t, err)
+		testkit.Must(t, err)
 		if h.Name != "index.json" {
 			continue
 		}
 		var idx ociIndex
-		must(t, json.NewDecoder(tr).Decode(&idx))
+		testkit.Must(t, json.NewDecoder(tr).Decode(&idx))
 		if len(idx.Manifests) != 1 || idx.Manifests[0].Annotations["org.opencontainers.image.ref.name"] == "" {
 			t.Fatalf("%s: index.json names no image: %+v", tarball, idx)
 		}
@@ -200,17 +201,17 @@ func TestClusterNameDefault(t *testing.T) {
 	harness.RunHelm(t, helms(t)["helm4"], own, "install", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global", "--create-namespace",
 		"--set", "image.repository="+imageRepository)
 	cm, err := own.Client.CoreV1().ConfigMaps("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if c := cm.Data["Corefile"]; strings.Contains(c, "\n        cluster ") {
 		t.Errorf("the default Corefile names the cluster:\n%s", c)
 	}
 
 	unnamed := startRelease(t, own, "coredns-global", "coredns-global", 1)[0]
-	eventually(t, "the default name", func() error {
+	harness.Eventually(t, "the default name", func() error {
 		if err := explains(t, unnamed, "global.", dns.RcodeSuccess, "cluster=local named-by=default"); err != nil {
 			return err
 		}
-		if m := metric(t, unnamed, "coredns_global_cluster_unnamed"); m != "1" {
+		if m := unnamed.Metric(t, "coredns_global_cluster_unnamed"); m != "1" {
 			return fmt.Errorf("coredns_global_cluster_unnamed %q", m)
 		}
 		if !strings.Contains(unnamed.Logs(), "names no cluster") {
@@ -218,18 +219,18 @@ func TestClusterNameDefault(t *testing.T) {
 		}
 		return nil
 	})
-	must(t, expect(t, unnamed, "foo-0.local.foo.db.global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10"))
+	testkit.Must(t, expect(t, unnamed, "foo-0.local.foo.db.global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10"))
 
 	nameCluster(t, own, "east", "west")
 	named := startRelease(t, own, "coredns-global", "coredns-global", 1)[0]
-	eventually(t, "the ClusterProperty's name", func() error {
+	harness.Eventually(t, "the ClusterProperty's name", func() error {
 		if err := explains(t, named, "global.", dns.RcodeSuccess, "cluster=east named-by=clusterproperty"); err != nil {
 			return err
 		}
-		if m := metric(t, named, "coredns_global_cluster_unnamed"); m != "0" {
+		if m := named.Metric(t, "coredns_global_cluster_unnamed"); m != "0" {
 			return fmt.Errorf("coredns_global_cluster_unnamed %q", m)
 		}
 		return nil
 	})
-	must(t, expect(t, named, "foo-0.east.foo.db.global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10"))
+	testkit.Must(t, expect(t, named, "foo-0.east.foo.db.global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10"))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -45,18 +46,18 @@ func TestHA(t *testing.T) {
 	// The ServiceAccount's own token: every replica has exactly the rendered RBAC.
 	tr, err := admin.CoreV1().ServiceAccounts(deployNS).CreateToken(ctx, "coredns-global",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo[int64](3600)}}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	saKubeconfig, err := cp.KubeconfigFor(tr.Status.Token)
-	must(t, err)
+	testkit.Must(t, err)
 	proxy := harness.StartProxy(t, cp.APIServerAddr())
 	viaProxy, err := cp.KubeconfigVia(proxy, tr.Status.Token)
-	must(t, err)
+	testkit.Must(t, err)
 
 	// What the mesh looks like from east.
 	const ns = "db"
-	must(t, harness.EnsureNamespace(ctx, admin, ns))
-	must(t, harness.CreateNode(ctx, admin, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
-	must(t, harness.CreateStatefulSet(ctx, admin, harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts, Pods: []harness.Pod{
+	testkit.Must(t, harness.EnsureNamespace(ctx, admin, ns))
+	testkit.Must(t, harness.CreateNode(ctx, admin, harness.Node{Name: "east-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, admin, harness.StatefulSet{Namespace: ns, Service: "foo", Ports: dbPorts, Pods: []harness.Pod{
 		{Name: "foo-0", Node: "east-a", IP: "10.244.1.10", Ready: true},
 		{Name: "foo-1", Node: "east-a", IP: "10.244.1.11", Ready: true},
 	}}))
@@ -64,7 +65,7 @@ func TestHA(t *testing.T) {
 	addrs := []string{"10.244.1.10", "10.244.1.11"}
 	for _, cluster := range []string{"west", "north"} {
 		objs, err := harness.CreateMirror(ctx, admin, mirror(ns, cluster, true, true))
-		must(t, err)
+		testkit.Must(t, err)
 		addrs = append(addrs, objs.ClusterIPs["foo-0"], objs.ClusterIPs["foo-1"])
 	}
 	westToo, all := addrs[:4], slices.Clone(addrs)
@@ -79,10 +80,10 @@ func TestHA(t *testing.T) {
 	replicas := []*harness.CoreDNS{replica(saKubeconfig), replica(saKubeconfig), replica(viaProxy)}
 	fooNS := "foo." + ns + ".global."
 	for _, c := range replicas {
-		eventually(t, "6 records on every replica", func() error { return answers(t, c, fooNS, 6) })
+		harness.Eventually(t, "6 records on every replica", func() error { return answers(t, c, fooNS, 6) })
 	}
 	leader := waitLeader(t, replicas...)
-	eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2}) })
+	harness.Eventually(t, "the written slices", func() error { return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2}) })
 
 	// The RBAC is enough (the above was written with it) and no more.
 	sa := clientFor(t, saKubeconfig)
@@ -121,17 +122,17 @@ func TestHA(t *testing.T) {
 	leader.Kill()
 	survivors := without(replicas, leader)
 	southObjs, err := harness.CreateMirror(ctx, admin, mirror(ns, "south", true))
-	must(t, err)
+	testkit.Must(t, err)
 	south := []string{southObjs.ClusterIPs["foo-0"]}
 	withSouth := append(slices.Clone(all), south...)
 	pool.expect(all, south)
 	waitLeader(t, survivors...)
 	t.Logf("kill -9: a new leader after %v", time.Since(killed).Round(100*time.Millisecond))
-	eventually(t, "the new leader writing south", func() error {
+	harness.Eventually(t, "the new leader writing south", func() error {
 		return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2, "south": 1})
 	})
 	for _, c := range survivors {
-		eventually(t, "south answered", func() error { return answers(t, c, fooNS, 7) })
+		harness.Eventually(t, "south answered", func() error { return answers(t, c, fooNS, 7) })
 	}
 	pool.expect(withSouth)
 	pool.await(t, 500)
@@ -145,13 +146,13 @@ func TestHA(t *testing.T) {
 	pool.add(replacement)
 	current := append(survivors, replacement)
 	for i, old := range current {
-		wasLeader := metric(t, old, "coredns_global_leader") == "1"
+		wasLeader := old.Metric(t, "coredns_global_leader") == "1"
 		kubeconfig := saKubeconfig
 		if old == partitioned {
 			kubeconfig = viaProxy
 		}
 		stopped := time.Now()
-		must(t, old.Signal(syscall.SIGTERM))
+		testkit.Must(t, old.Signal(syscall.SIGTERM))
 		current[i] = replica(kubeconfig)
 		if old == partitioned {
 			partitioned = current[i]
@@ -169,9 +170,9 @@ func TestHA(t *testing.T) {
 	// 3. The API server is down, longer than the lease's renew deadline: the leader steps down, its
 	// writer stops, and every replica keeps answering what it had.
 	cp.StopAPIServer()
-	eventually(t, "the leader to step down without the API server", func() error {
+	harness.Eventually(t, "the leader to step down without the API server", func() error {
 		for _, c := range current {
-			if metric(t, c, "coredns_global_leader") == "1" {
+			if c.Metric(t, "coredns_global_leader") == "1" {
 				return fmt.Errorf("%s still leads", c.Addr)
 			}
 		}
@@ -188,17 +189,17 @@ func TestHA(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	must(t, cp.StartAPIServer(ctx))
+	testkit.Must(t, cp.StartAPIServer(ctx))
 	pool.check(t, "the API server outage")
 	waitLeader(t, current...)
 	// Afterwards, changes show up again, in DNS and in slices, without duplicates.
 	pool.expect(all, south)
-	must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "south"))
+	testkit.Must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "south"))
 	for _, c := range current {
-		eventuallyLong(t, "south gone after the outage", func() error { return answers(t, c, fooNS, 6) })
+		harness.EventuallyLong(t, "south gone after the outage", func() error { return answers(t, c, fooNS, 6) })
 	}
 	pool.expect(all)
-	eventuallyLong(t, "the slices after the outage", func() error {
+	harness.EventuallyLong(t, "the slices after the outage", func() error {
 		return writtenSlices(t, admin, ns, map[string]int{"east": 2, "west": 2, "north": 2})
 	})
 
@@ -207,16 +208,16 @@ func TestHA(t *testing.T) {
 	// the current one); once the link is back, it catches up.
 	proxy.Cut()
 	pool.expect(westToo, all[4:])
-	must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "north"))
+	testkit.Must(t, harness.DeleteMirror(ctx, admin, ns, "foo", "north"))
 	for _, c := range without(current, partitioned) {
-		eventually(t, "north gone on the connected replicas", func() error { return answers(t, c, fooNS, 4) })
+		harness.Eventually(t, "north gone on the connected replicas", func() error { return answers(t, c, fooNS, 4) })
 	}
 	if err := answers(t, partitioned, fooNS, 6); err != nil {
 		t.Errorf("the cut-off replica: %v", err)
 	}
 	pool.await(t, 500)
 	proxy.Restore()
-	eventuallyLong(t, "the cut-off replica to catch up", func() error { return answers(t, partitioned, fooNS, 4) })
+	harness.EventuallyLong(t, "the cut-off replica to catch up", func() error { return answers(t, partitioned, fooNS, 4) })
 	pool.expect(westToo)
 	pool.await(t, 500)
 	pool.check(t, "the partition")
@@ -227,9 +228,9 @@ func ptrTo[T any](v T) *T { return &v }
 func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 	t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	must(t, err)
+	testkit.Must(t, err)
 	c, err := kubernetes.NewForConfig(rc)
-	must(t, err)
+	testkit.Must(t, err)
 	return c
 }
 
@@ -281,10 +282,10 @@ func writtenSlices(t *testing.T, c kubernetes.Interface, ns string, want map[str
 func waitLeader(t *testing.T, cs ...*harness.CoreDNS) *harness.CoreDNS {
 	t.Helper()
 	var l *harness.CoreDNS
-	eventually(t, "exactly one leader", func() error {
+	harness.Eventually(t, "exactly one leader", func() error {
 		var n int
 		for _, c := range cs {
-			if metric(t, c, "coredns_global_leader") == "1" {
+			if c.Metric(t, "coredns_global_leader") == "1" {
 				l, n = c, n+1
 			}
 		}
@@ -482,7 +483,7 @@ func (p *pool) fail(why string) {
 // await waits until n queries were sent since the last check: evidence, not a sleep.
 func (p *pool) await(t *testing.T, n int64) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d queries", n), func() error {
+	harness.Eventually(t, fmt.Sprintf("%d queries", n), func() error {
 		if sent := p.sent[0].Load() + p.sent[1].Load(); sent < n {
 			return fmt.Errorf("%d sent", sent)
 		}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 )
 
 // The OCI image-spec documents TestImage reads, only the fields it checks.
@@ -72,7 +73,7 @@ type imageArchive map[string][]byte
 func readImageArchive(t *testing.T, path string) imageArchive {
 	t.Helper()
 	f, err := os.Open(path)
-	must(t, err)
+	testkit.Must(t, err)
 	defer f.Close()
 	a := imageArchive{}
 	tr := tar.NewReader(f)
@@ -81,12 +82,12 @@ func readImageArchive(t *testing.T, path string) imageArchive {
 		if err == io.EOF {
 			return a
 		}
-		must(t, err)
+		testkit.Must(t, err)
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
 		b, err := io.ReadAll(tr)
-		must(t, err)
+		testkit.Must(t, err)
 		a[h.Name] = b
 	}
 }
@@ -110,14 +111,14 @@ func (a imageArchive) blob(t *testing.T, d ociDescriptor) []byte {
 
 func (a imageArchive) json(t *testing.T, d ociDescriptor, v any) {
 	t.Helper()
-	must(t, json.Unmarshal(a.blob(t, d), v))
+	testkit.Must(t, json.Unmarshal(a.blob(t, d), v))
 }
 
 // topIndex returns index.json's one entry, the image index, and the index it names.
 func (a imageArchive) topIndex(t *testing.T) (ociDescriptor, ociIndex) {
 	t.Helper()
 	var top ociIndex
-	must(t, json.Unmarshal(a["index.json"], &top))
+	testkit.Must(t, json.Unmarshal(a["index.json"], &top))
 	if top.SchemaVersion != 2 || len(top.Manifests) != 1 || top.Manifests[0].MediaType != "application/vnd.oci.image.index.v1+json" {
 		t.Fatalf("index.json: want one image index, got %s", a["index.json"])
 	}
@@ -139,7 +140,7 @@ type layerFile struct {
 func TestImage(t *testing.T) {
 	t.Parallel()
 	path, err := harness.Built(harness.EnvImageTar, "image")
-	must(t, err)
+	testkit.Must(t, err)
 	a := readImageArchive(t, path)
 
 	if string(a["oci-layout"]) != `{"imageLayoutVersion":"1.0.0"}` {
@@ -206,9 +207,9 @@ func TestImage(t *testing.T) {
 					t.Errorf("layer media type %q", l.MediaType)
 				}
 				zr, err := gzip.NewReader(bytes.NewReader(a.blob(t, l)))
-				must(t, err)
+				testkit.Must(t, err)
 				raw, err := io.ReadAll(zr)
-				must(t, err)
+				testkit.Must(t, err)
 				if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != c.RootFS.DiffIDs[i] {
 					t.Errorf("layer %d: uncompressed sha256 %x, diff_id %s", i, sum, c.RootFS.DiffIDs[i])
 				}
@@ -218,9 +219,9 @@ func TestImage(t *testing.T) {
 					if err == io.EOF {
 						break
 					}
-					must(t, err)
+					testkit.Must(t, err)
 					b, err := io.ReadAll(tr)
-					must(t, err)
+					testkit.Must(t, err)
 					files[strings.TrimSuffix(h.Name, "/")] = layerFile{h, b}
 				}
 			}
@@ -276,18 +277,18 @@ func TestImage(t *testing.T) {
 		RepoTags []string
 		Layers   []string
 	}
-	must(t, json.Unmarshal(a["manifest.json"], &docker))
+	testkit.Must(t, json.Unmarshal(a["manifest.json"], &docker))
 	if len(docker) != 1 || docker[0].Config != configs["amd64"] || !slices.Equal(docker[0].RepoTags, []string{ref}) {
 		t.Errorf("manifest.json %s: want the linux/amd64 image (config %s) tagged %s", a["manifest.json"], configs["amd64"], ref)
 	}
 
 	tmp := t.TempDir()
 	for arch, b := range binaries {
-		must(t, os.WriteFile(filepath.Join(tmp, "coredns-"+arch), b, 0o755))
+		testkit.Must(t, os.WriteFile(filepath.Join(tmp, "coredns-"+arch), b, 0o755))
 	}
 	if runtime.GOOS == "linux" && binaries[runtime.GOARCH] != nil {
 		out, err := exec.Command(filepath.Join(tmp, "coredns-"+runtime.GOARCH), "-plugins").CombinedOutput()
-		must(t, err)
+		testkit.Must(t, err)
 		if !slices.Contains(strings.Fields(string(out)), "global") {
 			t.Errorf("the image's coredns -plugins does not list global:\n%s", out)
 		}
@@ -300,7 +301,7 @@ func TestImage(t *testing.T) {
 	again := filepath.Join(tmp, "again.oci.tar")
 	labels := idx.Annotations
 	builder, err := harness.Built(harness.EnvImageBuilder, "image")
-	must(t, err)
+	testkit.Must(t, err)
 	args := []string{"-tag", ref, "-o", again,
 		"-source", labels["org.opencontainers.image.source"], "-revision", labels["org.opencontainers.image.revision"],
 		"-version", labels["org.opencontainers.image.version"]}
@@ -319,7 +320,7 @@ func TestImage(t *testing.T) {
 	}
 	sum := func(p string) string {
 		b, err := os.ReadFile(p)
-		must(t, err)
+		testkit.Must(t, err)
 		s := sha256.Sum256(b)
 		return hex.EncodeToString(s[:])
 	}

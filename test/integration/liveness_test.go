@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -23,14 +24,14 @@ func TestGatewayLiveness(t *testing.T) {
 	ctx := context.Background()
 	ns, west := fooAndWest(t)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	// An IPv6 service from both linked clusters, for AAAA.
 	six := map[string]*harness.MirrorObjects{}
 	for _, cluster := range []string{"west", "north"} {
 		m := mirrorOf(ns, "six", cluster, true)
 		m.IPv6 = true
 		six[cluster], err = harness.CreateMirror(ctx, client(), m)
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	tmpl := strings.Replace(fmt.Sprintf(writerCorefile, ns), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    ready {{.Ready}}\n", 1)
 	c := harness.StartCoreDNS(t, cp, tmpl)
@@ -82,12 +83,12 @@ func TestGatewayLiveness(t *testing.T) {
 	setGateway := func(alive bool) {
 		t.Helper()
 		n, err := harness.SetGatewayIn(ctx, client(), ns, "west", alive, nil)
-		must(t, err)
+		testkit.Must(t, err)
 		if n != podMirrors {
 			t.Fatalf("SetGateway rewrote %d Endpoints, want %d", n, podMirrors)
 		}
 	}
-	eventually(t, "west up", func() error { return up(true) })
+	harness.Eventually(t, "west up", func() error { return up(true) })
 
 	all, westDown, westIPs := addrsOf(local, westA, northA), addrsOf(local, northA), addrsOf(westA)
 	load := newPool(fooNS, all, c)
@@ -95,14 +96,14 @@ func TestGatewayLiveness(t *testing.T) {
 
 	load.expect(westDown, westIPs) // west's records go one per-pod mirror at a time
 	setGateway(false)
-	eventually(t, "west down", func() error { return up(false) })
+	harness.Eventually(t, "west down", func() error { return up(false) })
 	load.expect(westDown)
 	load.await(t, 500)
-	eventually(t, "one log line and the metrics of west going down", func() error {
+	harness.Eventually(t, "one log line and the metrics of west going down", func() error {
 		if n := strings.Count(c.Logs(), `cluster "west" is down`); n != 1 {
 			return fmt.Errorf("%d lines", n)
 		}
-		if v, w := metric(t, c, `coredns_global_cluster_down{cluster="west"}`), metric(t, c, `coredns_global_records{cluster="west",state="gateway_down"}`); v != "1" || w != "3" {
+		if v, w := c.Metric(t, `coredns_global_cluster_down{cluster="west"}`), c.Metric(t, `coredns_global_records{cluster="west",state="gateway_down"}`); v != "1" || w != "3" {
 			return fmt.Errorf("cluster_down %q, gateway_down records %q", v, w)
 		}
 		return nil
@@ -111,10 +112,10 @@ func TestGatewayLiveness(t *testing.T) {
 
 	load.expect(westDown, westIPs)
 	setGateway(true)
-	eventually(t, "west back", func() error { return up(true) })
+	harness.Eventually(t, "west back", func() error { return up(true) })
 	load.expect(all)
 	load.await(t, 500)
-	eventually(t, "one log line for west coming back", func() error {
+	harness.Eventually(t, "one log line for west coming back", func() error {
 		if n := strings.Count(c.Logs(), `cluster "west" is back`); n != 1 {
 			return fmt.Errorf("%d lines", n)
 		}
@@ -126,21 +127,21 @@ func TestGatewayLiveness(t *testing.T) {
 	load.expect(westDown, westIPs)
 	setGateway(false)
 	setGateway(true)
-	eventually(t, "west up after down/up", func() error { return up(true) })
+	harness.Eventually(t, "west up after down/up", func() error { return up(true) })
 	setGateway(false)
 	setGateway(true)
 	setGateway(false)
-	eventually(t, "west down after down/up/down", func() error { return up(false) })
+	harness.Eventually(t, "west down after down/up/down", func() error { return up(false) })
 	load.await(t, 500)
 	load.check(t, "flaps")
 
 	// A record without a per-pod mirror (not created yet, or a Linkerd without them) keeps the
 	// headless mirror's readiness: west's foo-1 answers again though its gateway is down.
 	load.expect(addrsOf(local), westIPs, addrsOf(northA))
-	must(t, harness.DeletePodMirror(ctx, client(), ns, "foo-1", "west"))
+	testkit.Must(t, harness.DeletePodMirror(ctx, client(), ns, "foo-1", "west"))
 	podMirrors--
 	eventuallyExpect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeSuccess, westA[1])
-	if v := metric(t, c, `coredns_global_records_without_pod_mirror{cluster="west"}`); v != "1" {
+	if v := c.Metric(t, `coredns_global_records_without_pod_mirror{cluster="west"}`); v != "1" {
 		t.Errorf("records without a per-pod mirror: %q, want 1", v)
 	}
 	setGateway(true)
@@ -149,7 +150,7 @@ func TestGatewayLiveness(t *testing.T) {
 	// north's foo-0 turns not ready there: Linkerd takes it out of the headless mirror and deletes
 	// its per-pod mirror.
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "north", false))
-	must(t, err)
+	testkit.Must(t, err)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA)...)
 	load.expect(addrsOf(local, westA))
 	load.await(t, 500)
@@ -182,9 +183,9 @@ func TestGatewayBlip(t *testing.T) {
 	foo, six := mirror(ns, "west", true, true, true), mirrorOf(ns, "six", "west", true, true)
 	six.IPv6 = true
 	west, err := harness.CreateMirror(ctx, client(), foo)
-	must(t, err)
+	testkit.Must(t, err)
 	westSix, err := harness.CreateMirror(ctx, client(), six)
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 
 	fooNS, sixNS := "foo."+ns+".global.", "six."+ns+".global."
@@ -234,40 +235,33 @@ func TestGatewayBlip(t *testing.T) {
 			return errors.Join(checks...)
 		}
 	}
-	eventually(t, "west up", answers([]string{"foo-0", "foo-1", "foo-2"}, []string{"six-0", "six-1"}))
+	harness.Eventually(t, "west up", answers([]string{"foo-0", "foo-1", "foo-2"}, []string{"six-0", "six-1"}))
 
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
-	must(t, err)
-	eventually(t, "west down", answers(nil, nil))
+	testkit.Must(t, err)
+	harness.Eventually(t, "west down", answers(nil, nil))
 	// While it is down, foo-2 and six-1 turn not ready in west.
 	foo.Endpoints[2].Ready, six.Endpoints[1].Ready = false, false
 	foo.GatewayDown, six.GatewayDown = true, true
 	_, err = harness.UpdateMirror(ctx, client(), foo)
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = harness.UpdateMirror(ctx, client(), six)
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", true, nil)
-	must(t, err)
+	testkit.Must(t, err)
 	// The headless mirrors still say not ready, and say so until the next remote change.
 	for _, name := range []string{"foo-west", "six-west"} {
-		must(t, harness.WaitForSlices(ctx, client(), ns, name, func(s []discoveryv1.EndpointSlice) bool {
-			return len(s) == 1 && len(s[0].Endpoints) == 1+btoi(name == "foo-west") && !slices.ContainsFunc(s[0].Endpoints, func(e discoveryv1.Endpoint) bool { return *e.Conditions.Ready })
+		testkit.Must(t, harness.WaitForSlices(ctx, client(), ns, name, func(s []discoveryv1.EndpointSlice) bool {
+			return len(s) == 1 && len(s[0].Endpoints) == 1+testkit.Btoi(name == "foo-west") && !slices.ContainsFunc(s[0].Endpoints, func(e discoveryv1.Endpoint) bool { return *e.Conditions.Ready })
 		}))
 	}
-	eventually(t, "west back", answers([]string{"foo-0", "foo-1"}, []string{"six-0"}))
-	eventually(t, "west written ready", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true, "foo-1-west": true}))
+	harness.Eventually(t, "west back", answers([]string{"foo-0", "foo-1"}, []string{"six-0"}))
+	harness.Eventually(t, "west written ready", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true, "foo-1-west": true}))
 	// The index follows the slices' watch events: polled, as every other state here.
-	eventually(t, "the explanation of west back", func() error {
+	harness.Eventually(t, "the explanation of west back", func() error {
 		return explains(t, c, fooNS, dns.RcodeSuccess, "records=4 left-out=1",
 			"host=foo-1 cluster=west tier=2 why=region:us-east-1 member="+ns+"/foo-west state=ready")
 	})
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // writtenReadiness checks the written foo-global slices: west's endpoints ready and serving
@@ -302,14 +296,14 @@ func TestUnnamedClusterWarns(t *testing.T) {
 	tmpl := strings.Replace(fmt.Sprintf(corefile, ns), "        cluster east\n", "", 1)
 	tmpl = strings.Replace(tmpl, "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    prometheus {{.Metrics}}\n", 1)
 	c := harness.StartCoreDNS(t, cp, tmpl)
-	if v := metric(t, c, "coredns_global_cluster_unnamed"); v != "0" {
+	if v := c.Metric(t, "coredns_global_cluster_unnamed"); v != "0" {
 		t.Errorf("cluster_unnamed %q without mirrors, want 0", v)
 	}
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
-	eventually(t, "the warning", func() error {
-		if n := strings.Count(c.Logs(), "names no cluster"); n != 1 || metric(t, c, "coredns_global_cluster_unnamed") != "1" {
-			return fmt.Errorf("%d log lines, metric %q", n, metric(t, c, "coredns_global_cluster_unnamed"))
+	testkit.Must(t, err)
+	harness.Eventually(t, "the warning", func() error {
+		if n := strings.Count(c.Logs(), "names no cluster"); n != 1 || c.Metric(t, "coredns_global_cluster_unnamed") != "1" {
+			return fmt.Errorf("%d log lines, metric %q", n, c.Metric(t, "coredns_global_cluster_unnamed"))
 		}
 		return nil
 	})
@@ -327,7 +321,7 @@ func TestRemoteServiceChange(t *testing.T) {
 	west := mirror(ns, "west", true, true)
 	westObjs := meshIn(t, client(), ns, west)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	tmpl := strings.Replace(fmt.Sprintf(writerCorefile, ns), "    bind 127.0.0.1\n", "    bind 127.0.0.1\n    ready {{.Ready}}\n", 1)
 	c := harness.StartCoreDNS(t, cp, tmpl)
 
@@ -341,8 +335,8 @@ func TestRemoteServiceChange(t *testing.T) {
 	load.expect(addrsOf(local, northA), addrsOf(westA)) // never the gateway's address
 
 	west.Annotations = map[string]string{"example.com/team": "db"}
-	must(t, harness.UpdateMirrorService(ctx, client(), west))
-	eventually(t, "west left out, the gateway never answered", func() error {
+	testkit.Must(t, harness.UpdateMirrorService(ctx, client(), west))
+	harness.Eventually(t, "west left out, the gateway never answered", func() error {
 		return errors.Join(
 			expect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, northA)...),
 			expect(t, c, "west."+fooNS, dns.TypeA, dns.RcodeNameError),
@@ -350,11 +344,11 @@ func TestRemoteServiceChange(t *testing.T) {
 				"SRV 0 50 15432 foo-0.east."+fooNS, "SRV 0 50 15432 foo-1.east."+fooNS, "SRV 3 100 5432 foo-0.north."+fooNS),
 			notWritten(t, ns, harness.GatewayIP))
 	})
-	eventually(t, "one warning", func() error {
+	harness.Eventually(t, "one warning", func() error {
 		if n := strings.Count(c.Logs(), "without a hostname left out"); n != 1 {
 			return fmt.Errorf("%d log lines", n)
 		}
-		if v := metric(t, c, `coredns_global_skipped_total{reason="mirror_address_without_hostname"}`); v != "1" {
+		if v := c.Metric(t, `coredns_global_skipped_total{reason="mirror_address_without_hostname"}`); v != "1" {
 			return fmt.Errorf("skipped_total %q", v)
 		}
 		return nil
@@ -363,7 +357,7 @@ func TestRemoteServiceChange(t *testing.T) {
 
 	// The next remote Endpoints change gives the headless mirror its addresses back.
 	_, err = harness.UpdateMirror(ctx, client(), west)
-	must(t, err)
+	testkit.Must(t, err)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, slices.Concat(local, westA, northA)...)
 	load.check(t, "remote Service changed")
 }

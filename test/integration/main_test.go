@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	"k8s.io/client-go/kubernetes"
@@ -62,7 +63,7 @@ func namespace(t *testing.T) string {
 		ns = ns[len(ns)-63:]
 	}
 	ns = strings.Trim(ns, "-")
-	must(t, harness.EnsureNamespace(context.Background(), client(), ns))
+	testkit.Must(t, harness.EnsureNamespace(context.Background(), client(), ns))
 	return ns
 }
 
@@ -72,47 +73,8 @@ func client() kubernetes.Interface { return cp.Client }
 func repoPath(t *testing.T, rel ...string) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
-	must(t, err)
+	testkit.Must(t, err)
 	return filepath.Join(append([]string{root}, rel...)...)
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// patience bounds every wait: generous, because a loaded CI machine is slow, not because
-// anything should take long.
-const patience = 60 * time.Second
-
-// eventually retries check until it returns nil or patience runs out.
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	eventuallyWithin(t, patience, what, check)
-}
-
-// eventuallyLong is eventually for recoveries bounded by client-go's reconnect backoff (up to 30 s
-// after an outage) on top of the usual patience.
-func eventuallyLong(t *testing.T, what string, check func() error) {
-	t.Helper()
-	eventuallyWithin(t, patience+30*time.Second, what, check)
-}
-
-func eventuallyWithin(t *testing.T, d time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // ask sends one question over proto with a 4096-byte EDNS buffer.
@@ -122,26 +84,6 @@ func ask(t *testing.T, c *harness.CoreDNS, proto, qname string, qtype uint16) *d
 	m.SetQuestion(dns.Fqdn(qname), qtype)
 	m.SetEdns0(4096, false)
 	return c.Exchange(t, m, proto)
-}
-
-// render is a section as compact strings in order, without owner names and TTLs: "A 10.0.0.1",
-// "SRV 0 50 5432 foo-0.east.foo.db.global.".
-func render(rrs []dns.RR) []string {
-	var out []string
-	for _, rr := range rrs {
-		switch r := rr.(type) {
-		case *dns.A:
-			out = append(out, "A "+r.A.String())
-		case *dns.AAAA:
-			out = append(out, "AAAA "+r.AAAA.String())
-		case *dns.SRV:
-			out = append(out, fmt.Sprintf("SRV %d %d %d %s", r.Priority, r.Weight, r.Port, r.Target))
-		case *dns.OPT:
-		default:
-			out = append(out, dns.TypeToString[rr.Header().Rrtype]+" "+strings.TrimPrefix(rr.String(), rr.Header().String()))
-		}
-	}
-	return out
 }
 
 // expect checks one answer's rcode and answer section, in order, over both UDP and TCP.
@@ -166,7 +108,7 @@ func expectAnswer(t *testing.T, c *harness.CoreDNS, qname string, qtype uint16, 
 	}
 	for _, proto := range []string{"udp", "tcp"} {
 		m := ask(t, c, proto, qname, qtype)
-		got := render(m.Answer)
+		got := harness.Render(m.Answer)
 		if !ordered {
 			slices.Sort(got)
 		}
@@ -186,20 +128,20 @@ func expectAnswer(t *testing.T, c *harness.CoreDNS, qname string, qtype uint16, 
 // eventuallyExpect waits until expect holds.
 func eventuallyExpect(t *testing.T, c *harness.CoreDNS, qname string, qtype uint16, rcode int, answer ...string) {
 	t.Helper()
-	eventually(t, "answer", func() error { return expect(t, c, qname, qtype, rcode, answer...) })
+	harness.Eventually(t, "answer", func() error { return expect(t, c, qname, qtype, rcode, answer...) })
 }
 
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
-	must(t, err)
+	testkit.Must(t, err)
 	return string(b)
 }
 
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
-	must(t, os.WriteFile(path, []byte(content), 0o600))
+	testkit.Must(t, os.WriteFile(path, []byte(content), 0o600))
 	return path
 }
 
@@ -207,6 +149,6 @@ func writeFile(t *testing.T, name, content string) string {
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	addr, err := harness.FreeAddr()
-	must(t, err)
+	testkit.Must(t, err)
 	return addr
 }

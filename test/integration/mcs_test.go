@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -27,7 +28,7 @@ func TestMCSNames(t *testing.T) {
 	ns := namespace(t)
 	localFoo(t, ns)
 	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(mcsCorefile, ns))
 	zone := "clusterset.local."
@@ -65,7 +66,7 @@ func TestMCSNames(t *testing.T) {
 		// The same instance's .global zone keeps its names.
 		{"west.foo." + ns + ".global.", dns.TypeA, dns.RcodeSuccess, []string{"A " + west.ClusterIPs["foo-0"], "A " + west.ClusterIPs["foo-1"]}},
 	} {
-		must(t, expect(t, c, tc.qname, tc.qtype, tc.rcode, tc.answer...))
+		testkit.Must(t, expect(t, c, tc.qname, tc.qtype, tc.rcode, tc.answer...))
 	}
 	// Glue for the SRV targets, in the MCS form.
 	r := ask(t, c, "tcp", "_db._tcp."+fooNS, dns.TypeSRV)

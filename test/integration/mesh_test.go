@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,27 +29,27 @@ func TestWriterMeshConfig(t *testing.T) {
 	const opaque, foreign = "config.linkerd.io/opaque-ports", "example.com/team"
 	annotateService(t, ns, "foo", map[string]string{opaque: "5432", foreign: "db"})
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	// north's Link has no gateway identity: Linkerd writes none, and neither does the writer.
 	north := mirror(ns, "north", true)
 	north.GatewayIdentity = "-"
 	_, err = harness.CreateMirror(ctx, client(), north)
-	must(t, err)
+	testkit.Must(t, err)
 	// bar has no local Service here: its mirror carries the remote Service's annotations.
 	bar := mirrorOf(ns, "bar", "west", true)
 	bar.Annotations = map[string]string{opaque: "6379", foreign: "cache"}
 	_, err = harness.CreateMirror(ctx, client(), bar)
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 
 	identity := map[string]string{"west": harness.GatewayIdentity}
 	ports := map[string]string{"foo": "5432", "bar": "6379"}
-	eventually(t, "the mesh configuration written", func() error { return meshWritten(ns, ports, identity) })
-	eventually(t, "north's slice reported once", func() error {
+	harness.Eventually(t, "the mesh configuration written", func() error { return meshWritten(ns, ports, identity) })
+	harness.Eventually(t, "north's slice reported once", func() error {
 		if n := strings.Count(c.Logs(), "no mirror.linkerd.io/remote-gateway-identity annotation"); n != 1 {
 			return fmt.Errorf("%d log lines:\n%s", n, c.Logs())
 		}
-		if v := metric(t, c, `coredns_global_skipped_total{reason="mirror_without_gateway_identity"}`); v != "1" {
+		if v := c.Metric(t, `coredns_global_skipped_total{reason="mirror_without_gateway_identity"}`); v != "1" {
 			return fmt.Errorf("skipped_total %q", v)
 		}
 		return nil
@@ -57,21 +58,21 @@ func TestWriterMeshConfig(t *testing.T) {
 	// The owner changes the opaque ports, then removes them; the foreign annotation never goes.
 	annotateService(t, ns, "foo", map[string]string{opaque: "5432,8080"})
 	ports["foo"] = "5432,8080"
-	eventually(t, "the opaque ports changed", func() error { return meshWritten(ns, ports, identity) })
+	harness.Eventually(t, "the opaque ports changed", func() error { return meshWritten(ns, ports, identity) })
 	annotateService(t, ns, "foo", map[string]string{opaque: ""})
 	delete(ports, "foo")
-	eventually(t, "the opaque ports removed", func() error { return meshWritten(ns, ports, identity) })
+	harness.Eventually(t, "the opaque ports removed", func() error { return meshWritten(ns, ports, identity) })
 
 	// west is linked again with another gateway identity (linkerd multicluster unlink, then link:
 	// its mirrors are made anew, annotated with the new Link's identity).
 	identity["west"] = "linkerd-gateway.linkerd-multicluster.serviceaccount.identity.west.example"
 	for _, m := range []harness.Mirror{mirror(ns, "west", true), bar} {
-		must(t, harness.DeleteMirror(ctx, client(), ns, m.Service, "west"))
+		testkit.Must(t, harness.DeleteMirror(ctx, client(), ns, m.Service, "west"))
 		m.GatewayIdentity = identity["west"]
 		_, err = harness.CreateMirror(ctx, client(), m)
-		must(t, err)
+		testkit.Must(t, err)
 	}
-	eventually(t, "west's new gateway identity", func() error { return meshWritten(ns, ports, identity) })
+	harness.Eventually(t, "west's new gateway identity", func() error { return meshWritten(ns, ports, identity) })
 }
 
 // meshWritten checks the written foo-global and bar-global: each Service's opaque ports as ports
@@ -123,7 +124,7 @@ func meshWritten(ns string, ports, identity map[string]string) error {
 func annotateService(t *testing.T, ns, name string, set map[string]string) {
 	t.Helper()
 	ctx := context.Background()
-	must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	testkit.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		svc, err := client().CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +49,7 @@ func TestMonitoring(t *testing.T) {
 	dir := filepath.Join(root, "deploy", "monitoring")
 
 	promtool, err := harness.Built(harness.EnvPromtoolBin, "promtool")
-	must(t, err)
+	testkit.Must(t, err)
 	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "rules_test.yaml"}} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = dir
@@ -58,7 +59,7 @@ func TestMonitoring(t *testing.T) {
 	}
 
 	var rules ruleFile
-	must(t, yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(dir, "rules.yaml"))), &rules))
+	testkit.Must(t, yaml.UnmarshalStrict([]byte(readFile(t, filepath.Join(dir, "rules.yaml"))), &rules))
 	names := map[string][]string{} // metric name -> where it is named
 	alerts := 0
 	for _, g := range rules.Groups {
@@ -87,7 +88,7 @@ func TestMonitoring(t *testing.T) {
 	}
 
 	var dash map[string]any
-	must(t, json.Unmarshal([]byte(readFile(t, filepath.Join(dir, "dashboard.json"))), &dash))
+	testkit.Must(t, json.Unmarshal([]byte(readFile(t, filepath.Join(dir, "dashboard.json"))), &dash))
 	for _, e := range dashboardExprs(t, dash) {
 		for _, n := range metricName.FindAllString(e.expr, -1) {
 			names[n] = append(names[n], "panel "+e.where)
@@ -191,13 +192,13 @@ func exportedMetrics(t *testing.T) map[string]string {
 	west := mirror(ns, "west", true)
 	west.GatewayDown = true
 	_, err := harness.CreateMirror(ctx, client(), west)
-	must(t, err)
+	testkit.Must(t, err)
 	// A headless "mirror" without a cluster label: skipped_total and objects_with_problems.
 	_, err = client().CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "broken-x", Labels: map[string]string{harness.LabelMirroredService: "true"}},
 		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 1}}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 
 	fooNS := "foo." + ns + ".global."
@@ -208,14 +209,14 @@ func exportedMetrics(t *testing.T) map[string]string {
 	}{{fooNS, dns.TypeA}, {fooNS, dns.TypeAAAA}, {"_db._tcp." + fooNS, dns.TypeSRV}, {fooNS, dns.TypeANY}, {"nope." + ns + ".global.", dns.TypeA}} {
 		ask(t, c, "udp", q.name, q.qtype)
 	}
-	eventually(t, "the writer's and the linked cluster's metrics", func() error {
-		leader, down := metric(t, c, "coredns_global_leader"), metric(t, c, `coredns_global_cluster_down{cluster="west"}`)
+	harness.Eventually(t, "the writer's and the linked cluster's metrics", func() error {
+		leader, down := c.Metric(t, "coredns_global_leader"), c.Metric(t, `coredns_global_cluster_down{cluster="west"}`)
 		creates := counter(t, c, `coredns_global_endpointslice_changes_total{operation="create"}`)
 		if leader != "1" || down != "1" || counter(t, c, syncedOK) < 1 || creates < 1 {
 			return fmt.Errorf("leader %q, west down %q, syncs %v, creates %v", leader, down, counter(t, c, syncedOK), creates)
 		}
 		// What the alerts read of a healthy replica at rest.
-		synced, unpublished := metric(t, c, "coredns_global_synced"), metric(t, c, "coredns_global_unpublished_change_timestamp_seconds")
+		synced, unpublished := c.Metric(t, "coredns_global_synced"), c.Metric(t, "coredns_global_unpublished_change_timestamp_seconds")
 		if synced != "1" || unpublished != "0" {
 			return fmt.Errorf("synced %q, unpublished change at %q", synced, unpublished)
 		}
@@ -223,7 +224,7 @@ func exportedMetrics(t *testing.T) map[string]string {
 	})
 
 	families := map[string]string{}
-	for _, l := range strings.Split(get(t, "http://"+c.MetricsAddr+"/metrics"), "\n") {
+	for _, l := range strings.Split(harness.Get(t, "http://"+c.MetricsAddr+"/metrics"), "\n") {
 		if f := strings.Fields(l); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
 			families[f[2]] = f[3]
 		}

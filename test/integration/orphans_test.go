@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -42,18 +43,18 @@ func ourObjects(t *testing.T, ns, svc string) (*corev1.Service, []discoveryv1.En
 	if apierrors.IsNotFound(err) {
 		s = nil
 	} else {
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	list, err := client().DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
 		LabelSelector: discoveryv1.LabelServiceName + "=" + svc + "," + discoveryv1.LabelManagedBy + "=global.globaldns.io"})
-	must(t, err)
+	testkit.Must(t, err)
 	return s, list.Items
 }
 
 // writtenFor waits until ns holds our Service svc and one slice of it.
 func writtenFor(t *testing.T, ns, svc string) {
 	t.Helper()
-	eventually(t, ns+"/"+svc+" written", func() error {
+	harness.Eventually(t, ns+"/"+svc+" written", func() error {
 		if s, sl := ourObjects(t, ns, svc); s == nil || len(sl) != 1 {
 			return fmt.Errorf("service %v, %d slices", s != nil, len(sl))
 		}
@@ -64,7 +65,7 @@ func writtenFor(t *testing.T, ns, svc string) {
 // goneFor waits until ns holds neither our Service svc nor any slice of ours of it.
 func goneFor(t *testing.T, ns, svc string) {
 	t.Helper()
-	eventually(t, ns+"/"+svc+" deleted", func() error {
+	harness.Eventually(t, ns+"/"+svc+" deleted", func() error {
 		if s, sl := ourObjects(t, ns, svc); s != nil || len(sl) != 0 {
 			return fmt.Errorf("still there: service %v, %d slices", s != nil, len(sl))
 		}
@@ -84,7 +85,7 @@ func foreignObjects(t *testing.T, ns string, names ...string) func() {
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-x", Labels: map[string]string{"team": "theirs"}},
 			Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
 		}, metav1.CreateOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 		rv["service "+svc.Name] = svc.ResourceVersion
 		es, err := client().DiscoveryV1().EndpointSlices(ns).Create(ctx, &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: name + "-west-ipv4-7", Labels: map[string]string{
@@ -92,7 +93,7 @@ func foreignObjects(t *testing.T, ns string, names ...string) func() {
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.2.3"}, Hostname: ptr.To("theirs")}},
 		}, metav1.CreateOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 		rv["slice "+es.Name] = es.ResourceVersion
 	}
 	other, err := client().CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -100,7 +101,7 @@ func foreignObjects(t *testing.T, ns string, names ...string) func() {
 			"app.kubernetes.io/managed-by": "coredns-global", "globaldns.io/global-service": "foo", "globaldns.io/writer": "other.writer"}},
 		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	rv["service "+other.Name] = other.ResourceVersion
 	return func() {
 		t.Helper()
@@ -135,7 +136,7 @@ func TestWriterOrphansOfSuffix(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	untouched := foreignObjects(t, ns, "foo-a", "foo-b")
 	writerA, writerB := suffixWriter(t, "-a"), suffixWriter(t, "-b")
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(orphansCorefile, ns, ns, "service_suffix -a"), harness.WithKubeconfig(writerA))
@@ -143,8 +144,8 @@ func TestWriterOrphansOfSuffix(t *testing.T) {
 
 	path := filepath.Join(c.Dir, "Corefile")
 	corefile := strings.Replace(readFile(t, path), "service_suffix -a", "service_suffix -b", 1)
-	must(t, os.WriteFile(path, []byte(strings.Replace(corefile, writerA, writerB, 1)), 0o644))
-	must(t, c.Signal(syscall.SIGUSR1))
+	testkit.Must(t, os.WriteFile(path, []byte(strings.Replace(corefile, writerA, writerB, 1)), 0o644))
+	testkit.Must(t, c.Signal(syscall.SIGUSR1))
 	writtenFor(t, ns, "foo-b")
 	goneFor(t, ns, "foo-a")
 	afterSync(t, c, ns, "foo-b-west-ipv4-0") // the sync that deleted foo-a has ended
@@ -163,7 +164,7 @@ func TestWriterOrphansOfNamespace(t *testing.T) {
 	kept, dropped := namespace(t), namespace(t)
 	for _, ns := range []string{kept, dropped} {
 		_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	untouched := foreignObjects(t, dropped, "foo-global")
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(orphansCorefile, kept+" "+dropped, kept, ""))
@@ -175,7 +176,7 @@ func TestWriterOrphansOfNamespace(t *testing.T) {
 	c = harness.StartCoreDNS(t, cp, fmt.Sprintf(orphansCorefile, kept, kept, ""))
 	goneFor(t, dropped, "foo-global")
 	// The sweep logs what it deleted once it is done.
-	eventually(t, "the sweep's report", func() error {
+	harness.Eventually(t, "the sweep's report", func() error {
 		if !strings.Contains(c.Logs(), "in namespaces no longer watched") {
 			return fmt.Errorf("not logged")
 		}
@@ -194,7 +195,7 @@ func TestWriterOffLeavesObjects(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	untouched := foreignObjects(t, ns, "foo-global")
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(orphansCorefile, ns, ns, ""))
 	writtenFor(t, ns, "foo-global")
@@ -203,7 +204,7 @@ func TestWriterOffLeavesObjects(t *testing.T) {
 
 	c = harness.StartCoreDNS(t, cp, fmt.Sprintf(orphansCorefile, ns, ns, "endpointslices off"))
 	var command string
-	eventually(t, "the warning", func() error {
+	harness.Eventually(t, "the warning", func() error {
 		for _, l := range strings.Split(c.Logs(), "\n") {
 			if _, cmd, ok := strings.Cut(l, "delete them with: "); ok && strings.Contains(l, "[WARNING]") {
 				command = cmd

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -42,13 +43,13 @@ func TestPolicyClients(t *testing.T) {
 	ns := namespace(t)
 	localFoo(t, ns)
 	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	barWest, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "bar", "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	barNorth, err := harness.CreateMirror(ctx, client(), mirrorOf(ns, "bar", "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(policyCorefile, ns))
 
 	local := []string{"10.244.1.10", "10.244.2.11"}
@@ -87,35 +88,35 @@ func TestPolicyClients(t *testing.T) {
 	}
 	near, all := "foo."+ns+".near.global.", "foo."+ns+".global."
 
-	eventually(t, "this cluster answers", resolves(near, local...))
-	must(t, resolves(all, append(slices.Clone(local), westIP, northIP)...)())
+	harness.Eventually(t, "this cluster answers", resolves(near, local...))
+	testkit.Must(t, resolves(all, append(slices.Clone(local), westIP, northIP)...)())
 	for _, pod := range []string{"foo-0", "foo-1"} {
-		must(t, harness.SetPodReady(ctx, client(), ns, pod, false))
+		testkit.Must(t, harness.SetPodReady(ctx, client(), ns, pod, false))
 	}
-	eventually(t, "the same region answers", resolves(near, westIP))
+	harness.Eventually(t, "the same region answers", resolves(near, westIP))
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
-	must(t, err)
-	eventually(t, "elsewhere answers", resolves(near, northIP))
+	testkit.Must(t, err)
+	harness.Eventually(t, "elsewhere answers", resolves(near, northIP))
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", true, nil)
-	must(t, err)
-	eventually(t, "the same region answers again", resolves(near, westIP))
-	must(t, harness.SetPodReady(ctx, client(), ns, "foo-0", true))
-	eventually(t, "this cluster answers again", resolves(near, "10.244.1.10"))
-	must(t, harness.SetPodReady(ctx, client(), ns, "foo-1", true))
+	testkit.Must(t, err)
+	harness.Eventually(t, "the same region answers again", resolves(near, westIP))
+	testkit.Must(t, harness.SetPodReady(ctx, client(), ns, "foo-0", true))
+	harness.Eventually(t, "this cluster answers again", resolves(near, "10.244.1.10"))
+	testkit.Must(t, harness.SetPodReady(ctx, client(), ns, "foo-1", true))
 
 	// The owner asks for at least 3 records in the zone without a policy of its own: this cluster
 	// (2) and the same region (1), not elsewhere; removed, every tier again.
 	annotateService(t, ns, "foo", map[string]string{"globaldns.io/policy": "nearest 3"})
-	eventually(t, "the owner's nearest 3", resolves(all, append(slices.Clone(local), westIP)...))
-	must(t, resolves(near, local...)()) // the zone's policy wins
+	harness.Eventually(t, "the owner's nearest 3", resolves(all, append(slices.Clone(local), westIP)...))
+	testkit.Must(t, resolves(near, local...)()) // the zone's policy wins
 	annotateService(t, ns, "foo", map[string]string{"globaldns.io/policy": ""})
-	eventually(t, "the annotation removed", resolves(all, append(slices.Clone(local), westIP, northIP)...))
+	harness.Eventually(t, "the annotation removed", resolves(all, append(slices.Clone(local), westIP, northIP)...))
 
 	// Only linked members: the nearest of them.
-	eventually(t, "bar, from the same region", resolves("bar."+ns+".near.global.", barWest.ClusterIPs["bar-0"]))
+	harness.Eventually(t, "bar, from the same region", resolves("bar."+ns+".near.global.", barWest.ClusterIPs["bar-0"]))
 	_, err = harness.SetGatewayIn(ctx, client(), ns, "west", false, nil)
-	must(t, err)
-	eventually(t, "bar, from elsewhere", resolves("bar."+ns+".near.global.", barNorth.ClusterIPs["bar-0"]))
+	testkit.Must(t, err)
+	harness.Eventually(t, "bar, from elsewhere", resolves("bar."+ns+".near.global.", barNorth.ClusterIPs["bar-0"]))
 }
 
 // TestNearestCountsMembersOnce: under `nearest N` a member counts once whatever the question. A
@@ -127,12 +128,12 @@ func TestNearestCountsMembersOnce(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	ports := []harness.Port{{Name: "db", Port: 5432, TargetPort: 15432}, {Name: "metrics", Port: 9000, TargetPort: 19000}}
-	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
-	must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "duo", Ports: ports,
+	testkit.Must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "duo", Ports: ports,
 		Pods: []harness.Pod{{Name: "duo-0", Node: ns + "-a", IP: "10.244.7.10", Ready: true}}}))
 	target1, err := harness.CreateMirror(ctx, client(), harness.Mirror{Namespace: ns, Service: "duo", Cluster: "target1", Ports: ports,
 		Labels: map[string]string{"app": "duo"}, Endpoints: []harness.RemoteEndpoint{{Hostname: "duo-0", Ready: true}}})
-	must(t, err)
+	testkit.Must(t, err)
 	annotateService(t, ns, "duo", map[string]string{"globaldns.io/policy": "nearest 2"})
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns))
 
@@ -143,10 +144,10 @@ func TestNearestCountsMembersOnce(t *testing.T) {
 	// pod's SRV records come in its slice's order of ports, which the EndpointSlice controller
 	// does not promise.
 	eventuallyExpect(t, c, name, dns.TypeA, dns.RcodeSuccess, "A 10.244.7.10", "A "+remote)
-	must(t, expectAnyOrder(t, c, name, dns.TypeSRV, dns.RcodeSuccess,
+	testkit.Must(t, expectAnyOrder(t, c, name, dns.TypeSRV, dns.RcodeSuccess,
 		"SRV 0 50 15432 "+here, "SRV 0 50 19000 "+here, "SRV 3 50 5432 "+there, "SRV 3 50 9000 "+there))
-	must(t, expect(t, c, "_db._tcp."+name, dns.TypeSRV, dns.RcodeSuccess, "SRV 0 100 15432 "+here, "SRV 3 100 5432 "+there))
+	testkit.Must(t, expect(t, c, "_db._tcp."+name, dns.TypeSRV, dns.RcodeSuccess, "SRV 0 100 15432 "+here, "SRV 3 100 5432 "+there))
 	// And the explanation says the same: both members answered, nothing beyond the nearest.
-	must(t, explains(t, c, name, dns.RcodeSuccess, "service="+ns+"/duo records=2 left-out=0 ", "policy=nearest-2 from=annotation",
+	testkit.Must(t, explains(t, c, name, dns.RcodeSuccess, "service="+ns+"/duo records=2 left-out=0 ", "policy=nearest-2 from=annotation",
 		"tier=0 clusters=east ready=1 answered=true", "tier=3 clusters=target1 ready=1 answered=true"))
 }

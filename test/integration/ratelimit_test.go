@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -43,7 +44,7 @@ func TestWriterOwnRateLimit(t *testing.T) {
 	cp := harness.Start(t) // of its own: this test restarts the API server
 	ctx := context.Background()
 	ns := "ratelimit"
-	must(t, harness.EnsureNamespace(ctx, cp.Client, ns))
+	testkit.Must(t, harness.EnsureNamespace(ctx, cp.Client, ns))
 	t0 := time.Now()
 	loadGlobalServices(t, cp, ns, rateLimitServices)
 	t.Logf("loaded %d global services in %v", rateLimitServices, time.Since(t0).Round(time.Millisecond))
@@ -66,7 +67,7 @@ func TestWriterOwnRateLimit(t *testing.T) {
 	eventuallyExpect(t, c, s0, dns.TypeA, dns.RcodeSuccess, "A "+loadedAddr(0))
 	// The writer has spent most of its burst (a shared one also paid for the watches' lists), and
 	// its backlog takes the rest in milliseconds: from then on its writes wait on the rate.
-	eventually(t, "the writer's burst spent", func() error {
+	harness.Eventually(t, "the writer's burst spent", func() error {
 		if n := counter(t, c, `coredns_global_endpointslice_changes_total{operation="create"}`); n < 80 {
 			return fmt.Errorf("%v creates", n)
 		}
@@ -75,17 +76,17 @@ func TestWriterOwnRateLimit(t *testing.T) {
 
 	restarted := time.Now()
 	cp.StopAPIServer()
-	must(t, cp.StartAPIServer(ctx))
+	testkit.Must(t, cp.StartAPIServer(ctx))
 	t.Logf("API server restarted in %v", time.Since(restarted).Round(time.Millisecond))
 	// A change written straight to the slice, not through kube-controller-manager, whose own
 	// watches come back at their own pace.
 	es, err := cp.Client.DiscoveryV1().EndpointSlices(ns).Get(ctx, "s0-x", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.199.0.1"}, Hostname: ptr.To("s0-1")})
 	_, err = cp.Client.DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	changed := time.Now()
-	eventuallyWithin(t, 5*patience, "the change in DNS", func() error {
+	harness.EventuallyWithin(t, 5*harness.Patience, "the change in DNS", func() error {
 		return expect(t, c, s0, dns.TypeA, dns.RcodeSuccess, "A "+loadedAddr(0), "A 10.199.0.1")
 	})
 	latency := time.Since(changed)
@@ -106,7 +107,7 @@ func loadGlobalServices(t *testing.T, cp *harness.ControlPlane, ns string, n int
 	rc := rest.CopyConfig(cp.Config)
 	rc.QPS, rc.Burst = 5000, 10000 // loading, not measuring, the API server
 	c, err := kubernetes.NewForConfig(rc)
-	must(t, err)
+	testkit.Must(t, err)
 	ctx := context.Background()
 	exported := map[string]string{"mirror.linkerd.io/exported": "true"}
 	work := make(chan int)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,7 @@ func TestRecipes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
-	must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
+	testkit.Must(t, harness.CreateNode(ctx, client(), harness.Node{Name: ns + "-a", Zone: "us-east-1a", Region: "us-east-1"}))
 	// statefulSet makes this cluster's StatefulSet svc (pods svc-0, svc-1, ... ready or not, IPs
 	// 10.244.<n>.<i+10>) and Linkerd's mirrors of it from west (same region: tier 2) and north
 	// (tier 3), each with the given number of ready pods. Every Service port equals its
@@ -41,14 +42,14 @@ func TestRecipes(t *testing.T) {
 			s.Pods = append(s.Pods, harness.Pod{Name: fmt.Sprintf("%s-%d", svc, i), Node: ns + "-a", IP: ip, Ready: r})
 			o.local = append(o.local, ip)
 		}
-		must(t, harness.CreateStatefulSet(ctx, client(), s))
+		testkit.Must(t, harness.CreateStatefulSet(ctx, client(), s))
 		for cluster, pods := range remote {
 			m := harness.Mirror{Namespace: ns, Service: svc, Cluster: cluster, Ports: ports, Labels: map[string]string{"app": svc}}
 			for i := range pods {
 				m.Endpoints = append(m.Endpoints, harness.RemoteEndpoint{Hostname: fmt.Sprintf("%s-%d", svc, i), Ready: true})
 			}
 			objs, err := harness.CreateMirror(ctx, client(), m)
-			must(t, err)
+			testkit.Must(t, err)
 			o.mirror[cluster] = objs
 		}
 		return o
@@ -89,7 +90,7 @@ func TestRecipes(t *testing.T) {
 			srv(3, 100, 2380, "etcd-0", "north", "etcd"),
 		}
 		eventuallyExpect(t, c, qname, dns.TypeSRV, dns.RcodeSuccess, withoutNotReady...)
-		must(t, expect(t, c, "etcd-1.east.etcd."+zone, dns.TypeA, dns.RcodeNameError))
+		testkit.Must(t, expect(t, c, "etcd-1.east.etcd."+zone, dns.TypeA, dns.RcodeNameError))
 
 		// With it, the EndpointSlice controller marks every endpoint ready (k8s.io/endpointslice
 		// utils.go: ready = publishNotReadyAddresses || ...), so etcd-1 is a peer at once.
@@ -97,13 +98,13 @@ func TestRecipes(t *testing.T) {
 		peers["etcd-1.east.etcd."+zone] = etcd.local[1]
 		every := slices.Concat([]string{srv(0, 50, 2380, "etcd-0", "east", "etcd"), srv(0, 50, 2380, "etcd-1", "east", "etcd")}, withoutNotReady[1:])
 		eventuallyExpect(t, c, qname, dns.TypeSRV, dns.RcodeSuccess, every...)
-		must(t, expect(t, c, "etcd-1.east.etcd."+zone, dns.TypeA, dns.RcodeSuccess, "A "+etcd.local[1]))
+		testkit.Must(t, expect(t, c, "etcd-1.east.etcd."+zone, dns.TypeA, dns.RcodeSuccess, "A "+etcd.local[1]))
 		checkGlue(t, c, qname, peers)
 		// The http variant does not exist (no port of that name): NXDOMAIN, which etcd tolerates
 		// when the https one answers.
-		must(t, expect(t, c, "_etcd-server._tcp.etcd."+zone, dns.TypeSRV, dns.RcodeNameError))
+		testkit.Must(t, expect(t, c, "_etcd-server._tcp.etcd."+zone, dns.TypeSRV, dns.RcodeNameError))
 		// etcdctl --discovery-srv asks for _etcd-client-ssl._tcp.<domain>.
-		must(t, expect(t, c, "_etcd-client-ssl._tcp.etcd."+zone, dns.TypeSRV, dns.RcodeSuccess,
+		testkit.Must(t, expect(t, c, "_etcd-client-ssl._tcp.etcd."+zone, dns.TypeSRV, dns.RcodeSuccess,
 			srv(0, 50, 2379, "etcd-0", "east", "etcd"), srv(0, 50, 2379, "etcd-1", "east", "etcd"),
 			srv(2, 50, 2379, "etcd-0", "west", "etcd"), srv(2, 50, 2379, "etcd-1", "west", "etcd"),
 			srv(3, 100, 2379, "etcd-0", "north", "etcd")))
@@ -115,7 +116,7 @@ func TestRecipes(t *testing.T) {
 		for _, proto := range []string{"udp", "tcp"} {
 			r := goResolver(c, proto)
 			_, addrs, err := r.LookupSRV(ctx, "etcd-server-ssl", "tcp", "etcd."+zone)
-			must(t, err)
+			testkit.Must(t, err)
 			var cluster []string
 			last := -1
 			for _, a := range addrs {
@@ -124,7 +125,7 @@ func TestRecipes(t *testing.T) {
 				}
 				last = int(a.Priority)
 				ips, err := r.LookupIPAddr(ctx, a.Target)
-				must(t, err)
+				testkit.Must(t, err)
 				if len(ips) != 1 || ips[0].IP.String() != peers[a.Target] || a.Port != 2380 {
 					t.Errorf("%s: %s:%d resolves to %v, want %s:2380", proto, a.Target, a.Port, ips, peers[a.Target])
 				}
@@ -143,19 +144,19 @@ func TestRecipes(t *testing.T) {
 		eventuallyExpect(t, c, "crdb."+zone, dns.TypeA, dns.RcodeSuccess, "A "+crdb.local[0], "A "+crdb.local[1], "A "+west)
 		// --join with per-pod names: one address each, the pod IP here, the per-pod mirror in
 		// the other clusters.
-		must(t, expect(t, c, "crdb-0.east.crdb."+zone, dns.TypeA, dns.RcodeSuccess, "A "+crdb.local[0]))
-		must(t, expect(t, c, "crdb-1.east.crdb."+zone, dns.TypeA, dns.RcodeSuccess, "A "+crdb.local[1]))
-		must(t, expect(t, c, "crdb-0.west.crdb."+zone, dns.TypeA, dns.RcodeSuccess, "A "+west))
+		testkit.Must(t, expect(t, c, "crdb-0.east.crdb."+zone, dns.TypeA, dns.RcodeSuccess, "A "+crdb.local[0]))
+		testkit.Must(t, expect(t, c, "crdb-1.east.crdb."+zone, dns.TypeA, dns.RcodeSuccess, "A "+crdb.local[1]))
+		testkit.Must(t, expect(t, c, "crdb-0.west.crdb."+zone, dns.TypeA, dns.RcodeSuccess, "A "+west))
 		// --join crdb.<ns>.global: every peer; the dialer takes one.
 		// --experimental-dns-srv --join _grpc._tcp.crdb.<ns>.global: CockroachDB looks the name up
 		// as given (pkg/util/netutil/srv.go: lookupSRV("", "", name)).
 		qname := "_grpc._tcp.crdb." + zone
-		must(t, expect(t, c, qname, dns.TypeSRV, dns.RcodeSuccess,
+		testkit.Must(t, expect(t, c, qname, dns.TypeSRV, dns.RcodeSuccess,
 			srv(0, 50, 26257, "crdb-0", "east", "crdb"), srv(0, 50, 26257, "crdb-1", "east", "crdb"),
 			srv(2, 100, 26257, "crdb-0", "west", "crdb")))
 		for _, proto := range []string{"udp", "tcp"} {
 			_, addrs, err := goResolver(c, proto).LookupSRV(ctx, "", "", qname)
-			must(t, err)
+			testkit.Must(t, err)
 			if len(addrs) != 3 || addrs[2].Target != "crdb-0.west.crdb."+zone {
 				t.Errorf("%s: net.LookupSRV(\"\", \"\", %s) = %v", proto, qname, srvTargets(addrs))
 			}
@@ -173,11 +174,11 @@ func TestRecipes(t *testing.T) {
 			"mongo-0.east.mongo." + zone: mongo.local[0], "mongo-1.east.mongo." + zone: mongo.local[1], "mongo-0.west.mongo." + zone: west,
 		})
 		// No TXT record: NODATA with the SOA, which drivers take as "no default options".
-		must(t, expect(t, c, "mongo."+zone, dns.TypeTXT, dns.RcodeSuccess))
+		testkit.Must(t, expect(t, c, "mongo."+zone, dns.TypeTXT, dns.RcodeSuccess))
 		for _, proto := range []string{"udp", "tcp"} {
 			r := goResolver(c, proto)
 			_, addrs, err := r.LookupSRV(ctx, "mongodb", "tcp", "mongo."+zone)
-			must(t, err)
+			testkit.Must(t, err)
 			// The seedlist spec: every target must end with the host's {domainname}, here
 			// <ns>.global (the host minus its first label).
 			for _, a := range addrs {
@@ -195,7 +196,7 @@ func TestRecipes(t *testing.T) {
 		}
 		// The short name answers SRV too, but its targets do not end with mongo.global, as the
 		// spec requires of a two-label host: drivers refuse it.
-		must(t, expect(t, c, "_mongodb._tcp.mongo.global.", dns.TypeSRV, dns.RcodeSuccess,
+		testkit.Must(t, expect(t, c, "_mongodb._tcp.mongo.global.", dns.TypeSRV, dns.RcodeSuccess,
 			srv(0, 50, 27017, "mongo-0", "east", "mongo"), srv(0, 50, 27017, "mongo-1", "east", "mongo"),
 			srv(2, 100, 27017, "mongo-0", "west", "mongo")))
 	})
@@ -204,15 +205,15 @@ func TestRecipes(t *testing.T) {
 		west := kafka.mirror["west"].ClusterIPs["kafka-0"]
 		// Each broker advertises its per-pod name; one name, one address in each cluster: the
 		// pod IP at home, the per-pod mirror's ClusterIP elsewhere.
-		must(t, expect(t, c, "kafka-0.east.kafka."+zone, dns.TypeA, dns.RcodeSuccess, "A "+kafka.local[0]))
-		must(t, expect(t, c, "kafka-0.west.kafka."+zone, dns.TypeA, dns.RcodeSuccess, "A "+west))
-		must(t, expect(t, c, "kafka-0.west.kafka."+zone, dns.TypeAAAA, dns.RcodeSuccess))
+		testkit.Must(t, expect(t, c, "kafka-0.east.kafka."+zone, dns.TypeA, dns.RcodeSuccess, "A "+kafka.local[0]))
+		testkit.Must(t, expect(t, c, "kafka-0.west.kafka."+zone, dns.TypeA, dns.RcodeSuccess, "A "+west))
+		testkit.Must(t, expect(t, c, "kafka-0.west.kafka."+zone, dns.TypeAAAA, dns.RcodeSuccess))
 		// port == targetPort: the advertised port is right in every cluster, which SRV shows:
 		// the local pod's port and the mirror Service's port agree.
-		must(t, expect(t, c, "_broker._tcp.kafka."+zone, dns.TypeSRV, dns.RcodeSuccess,
+		testkit.Must(t, expect(t, c, "_broker._tcp.kafka."+zone, dns.TypeSRV, dns.RcodeSuccess,
 			srv(0, 50, 9092, "kafka-0", "east", "kafka"), srv(0, 50, 9092, "kafka-1", "east", "kafka"),
 			srv(2, 100, 9092, "kafka-0", "west", "kafka")))
-		must(t, expect(t, c, "kafka-9.east.kafka."+zone, dns.TypeA, dns.RcodeNameError))
+		testkit.Must(t, expect(t, c, "kafka-9.east.kafka."+zone, dns.TypeA, dns.RcodeNameError))
 	})
 }
 
@@ -221,7 +222,7 @@ func publishNotReadyAddresses(t *testing.T, ns, svc string) {
 	t.Helper()
 	patch := []byte(`{"spec":{"publishNotReadyAddresses":true}}`)
 	_, err := client().CoreV1().Services(ns).Patch(context.Background(), svc, "application/merge-patch+json", patch, metav1.PatchOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 }
 
 // checkGlue checks, over UDP and TCP, that the SRV answer to qname carries one A record per target,

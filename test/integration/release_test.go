@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,7 +67,7 @@ func TestRelease(t *testing.T) {
 
 	sums := map[string]string{}
 	f, err := os.Open(filepath.Join(dir, "SHA256SUMS"))
-	must(t, err)
+	testkit.Must(t, err)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		sum, name, ok := strings.Cut(sc.Text(), "  ")
@@ -77,7 +78,7 @@ func TestRelease(t *testing.T) {
 	}
 	f.Close()
 	entries, err := os.ReadDir(dir)
-	must(t, err)
+	testkit.Must(t, err)
 	var files []string
 	for _, e := range entries {
 		if e.Name() == "SHA256SUMS" {
@@ -85,7 +86,7 @@ func TestRelease(t *testing.T) {
 		}
 		files = append(files, e.Name())
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		must(t, err)
+		testkit.Must(t, err)
 		if sum := sha256.Sum256(data); sums[e.Name()] != hex.EncodeToString(sum[:]) {
 			t.Errorf("SHA256SUMS: %s is %x, listed %q", e.Name(), sum, sums[e.Name()])
 		}
@@ -257,7 +258,7 @@ var documented = map[string][]string{
 func renderCases(t *testing.T) []renderCase {
 	t.Helper()
 	var values map[string]any
-	must(t, yaml.Unmarshal([]byte(readFile(t, chartPath(t, "values.yaml"))), &values))
+	testkit.Must(t, yaml.Unmarshal([]byte(readFile(t, chartPath(t, "values.yaml"))), &values))
 	cases := []renderCase{{"defaults", nil}, {"values-ha.yaml", []string{"--values", chartPath(t, "values-ha.yaml")}}}
 	var all []string
 	var leaves func(prefix string, m map[string]any)
@@ -341,7 +342,7 @@ func TestCLIRendersTheChart(t *testing.T) {
 		if c.name == "every boolean on" {
 			// The API server takes every object, but those of the Prometheus Operator's CRDs, which
 			// the test control plane lacks (checkPlaced has their scope).
-			must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
+			testkit.Must(t, harness.EnsureNamespace(context.Background(), client(), "coredns-global"))
 			var served []string
 			for _, doc := range strings.Split(cliText, "\n---\n") {
 				if !strings.Contains(doc, "\napiVersion: monitoring.coreos.com/") && !strings.HasPrefix(doc, "apiVersion: monitoring.coreos.com/") {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -21,15 +22,15 @@ func TestReload(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(corefile, ns))
 	fooNS := "foo." + ns + ".global."
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"])
 
 	path := filepath.Join(c.Dir, "Corefile")
-	must(t, os.WriteFile(path, []byte(strings.Replace(readFile(t, path), "cluster east", "cluster east\n        ttl 7", 1)), 0o644))
-	must(t, c.Signal(syscall.SIGUSR1))
-	eventually(t, "the reloaded instance answering", func() error {
+	testkit.Must(t, os.WriteFile(path, []byte(strings.Replace(readFile(t, path), "cluster east", "cluster east\n        ttl 7", 1)), 0o644))
+	testkit.Must(t, c.Signal(syscall.SIGUSR1))
+	harness.Eventually(t, "the reloaded instance answering", func() error {
 		r := ask(t, c, "udp", fooNS, dns.TypeA)
 		if len(r.Answer) != 1 || r.Answer[0].Header().Ttl != 7 {
 			return fmt.Errorf("answer %v", r.Answer)
@@ -38,7 +39,7 @@ func TestReload(t *testing.T) {
 	})
 
 	north, err := harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	eventuallyExpect(t, c, fooNS, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+north.ClusterIPs["foo-0"])
 	if logs := c.Logs(); strings.Contains(logs, "[ERROR]") || strings.Contains(logs, "panic") {
 		t.Errorf("errors in the log:\n%s", logs)

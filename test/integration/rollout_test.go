@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -35,12 +36,12 @@ func TestHARollout(t *testing.T) {
 	defer cancel()
 	c := own.Client
 	const ns, name = "coredns-global", "coredns-global"
-	must(t, harness.EnsureNamespace(ctx, c, ns))
+	testkit.Must(t, harness.EnsureNamespace(ctx, c, ns))
 
 	text, objs := helmTemplate(t, helms(t)["helm4"], "--values", chartPath(t, "values-ha.yaml"))
 	replicas := int(*as[appsv1.Deployment](t, objs["Deployment/"+name]).Spec.Replicas)
 	for i := range replicas {
-		must(t, createSchedulableNode(ctx, c, fmt.Sprintf("node-%d", i), []string{"us-east-1a", "us-east-1b"}[i%2]))
+		testkit.Must(t, createSchedulableNode(ctx, c, fmt.Sprintf("node-%d", i), []string{"us-east-1a", "us-east-1b"}[i%2]))
 	}
 	harness.RunKubectl(t, own, text, "apply", "-f", "-", "--server-side", "--namespace", ns)
 	go playKubelets(ctx, t, c, ns)
@@ -53,7 +54,7 @@ func TestHARollout(t *testing.T) {
 		}
 	})
 
-	eventuallyLong(t, "the first rollout", rolledOut(ctx, c, ns, name, replicas))
+	harness.EventuallyLong(t, "the first rollout", rolledOut(ctx, c, ns, name, replicas))
 	onNodes := func() error {
 		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -68,22 +69,22 @@ func TestHARollout(t *testing.T) {
 		}
 		return nil
 	}
-	must(t, onNodes())
+	testkit.Must(t, onNodes())
 
 	// A Corefile change (the checksum annotation) or an image change: a new pod template.
 	for i := 1; i <= 2; i++ {
 		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"checksum/corefile":"change-%d"}}}}}`, i)
 		_, err := c.AppsV1().Deployments(ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-		must(t, err)
-		eventuallyLong(t, fmt.Sprintf("rollout %d", i), rolledOut(ctx, c, ns, name, replicas))
-		must(t, onNodes())
+		testkit.Must(t, err)
+		harness.EventuallyLong(t, fmt.Sprintf("rollout %d", i), rolledOut(ctx, c, ns, name, replicas))
+		testkit.Must(t, onNodes())
 	}
 
 	// The strategy it replaced waits for a node without a replica, which never comes.
 	surge := `{"spec":{"strategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}},"template":{"metadata":{"annotations":{"checksum/corefile":"surge"}}}}}`
 	_, err := c.AppsV1().Deployments(ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(surge), metav1.PatchOptions{})
-	must(t, err)
-	eventuallyLong(t, "the surge pod found unschedulable", func() error {
+	testkit.Must(t, err)
+	harness.EventuallyLong(t, "the surge pod found unschedulable", func() error {
 		pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -63,7 +64,7 @@ const stockCorefile = `clusterset.local:{{.Port}} {
 func mcsSlices(t *testing.T, c kubernetes.Interface, ns string) map[string]discoveryv1.EndpointSlice {
 	t.Helper()
 	l, err := c.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: mcsv1alpha1.LabelServiceName})
-	must(t, err)
+	testkit.Must(t, err)
 	out := map[string]discoveryv1.EndpointSlice{}
 	for _, es := range l.Items {
 		out[es.Name] = es
@@ -80,15 +81,15 @@ func TestServiceImports(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cp := harness.Start(t)
-	must(t, cp.InstallMCSCRDs(ctx))
+	testkit.Must(t, cp.InstallMCSCRDs(ctx))
 	admin := cp.Client
 	mcs, err := mcsclient.NewForConfig(cp.Config)
-	must(t, err)
+	testkit.Must(t, err)
 
 	// The writer has exactly the rendered RBAC, and is under the rendered policy.
 	const ns = "mcs"
 	for _, n := range []string{ns, "coredns-global"} {
-		must(t, harness.EnsureNamespace(ctx, admin, n))
+		testkit.Must(t, harness.EnsureNamespace(ctx, admin, n))
 	}
 	verb := "install"
 	release := func(values string) {
@@ -99,26 +100,26 @@ func TestServiceImports(t *testing.T) {
 	release("writer.serviceImports=true")
 	tr, err := admin.CoreV1().ServiceAccounts("coredns-global").CreateToken(ctx, "coredns-global",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	saKubeconfig, err := cp.KubeconfigFor(tr.Status.Token)
-	must(t, err)
+	testkit.Must(t, err)
 	localFooIn(t, admin, ns)
 	_, err = harness.CreateMirror(ctx, admin, mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	down := mirror(ns, "north", true) // ready there, its gateway down: written ready: false
 	down.GatewayDown = true
 	_, err = harness.CreateMirror(ctx, admin, down)
-	must(t, err)
+	testkit.Must(t, err)
 	// Another MCS implementation's objects: bar, and baz, which is also a global service here.
 	_, err = harness.CreateMirror(ctx, admin, mirrorOf(ns, "baz", "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	foreign := map[string]string{"app.kubernetes.io/managed-by": "another-mcs"}
 	for _, name := range []string{"bar", "baz"} {
 		_, err := mcs.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: foreign},
 			Spec:       mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.Headless, Ports: []mcsv1alpha1.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}},
 		}, metav1.CreateOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	barSlice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "bar-elsewhere", Labels: map[string]string{
@@ -129,16 +130,16 @@ func TestServiceImports(t *testing.T) {
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)}},
 	}
 	_, err = admin.DiscoveryV1().EndpointSlices(ns).Create(ctx, barSlice, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	foreignVersions := func() map[string]string {
 		out := map[string]string{}
 		l, err := mcs.MulticlusterV1alpha1().ServiceImports(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=another-mcs"})
-		must(t, err)
+		testkit.Must(t, err)
 		for _, si := range l.Items {
 			out["ServiceImport/"+si.Name] = si.ResourceVersion
 		}
 		es, err := admin.DiscoveryV1().EndpointSlices(ns).Get(ctx, barSlice.Name, metav1.GetOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 		out["EndpointSlice/"+es.Name] = es.ResourceVersion
 		return out
 	}
@@ -150,7 +151,7 @@ func TestServiceImports(t *testing.T) {
 	fooNS := "foo." + ns + zone
 
 	t.Run("StockPluginAnswers", func(t *testing.T) {
-		eventually(t, "the MCS slices", func() error {
+		harness.Eventually(t, "the MCS slices", func() error {
 			if n := len(mcsSlices(t, admin, ns)); n != 4 { // foo: east, west, north; bar's
 				return fmt.Errorf("%d MCS slices, want 4", n)
 			}
@@ -174,7 +175,7 @@ func TestServiceImports(t *testing.T) {
 		}
 		// The stock plugin reads the slices after they are written: wait for its first answer,
 		// then every name must agree at once.
-		eventually(t, "the stock plugin's answers", func() error {
+		harness.Eventually(t, "the stock plugin's answers", func() error {
 			if got := comparable(ask(t, stock, "udp", fooNS, dns.TypeA)); len(got.answer) != 4 {
 				return fmt.Errorf("stock plugin: %v", got)
 			}
@@ -196,7 +197,7 @@ func TestServiceImports(t *testing.T) {
 
 		// baz's ServiceImport is another implementation's: left alone, and its own -global
 		// objects are written all the same.
-		eventually(t, "baz-global", func() error {
+		harness.Eventually(t, "baz-global", func() error {
 			_, err := admin.CoreV1().Services(ns).Get(ctx, "baz-global", metav1.GetOptions{})
 			return err
 		})
@@ -250,9 +251,9 @@ func TestServiceImports(t *testing.T) {
 		ours.Stop()
 		release("writer.keepServiceImportRules=true")
 		ours = harness.StartCoreDNS(t, nil, fmt.Sprintf(serviceImportsCorefile, ns, "serviceimports off", deployLease), harness.WithKubeconfig(saKubeconfig))
-		eventually(t, "our ServiceImport and MCS slices to go", func() error {
+		harness.Eventually(t, "our ServiceImport and MCS slices to go", func() error {
 			l, err := mcs.MulticlusterV1alpha1().ServiceImports(ns).List(ctx, metav1.ListOptions{})
-			must(t, err)
+			testkit.Must(t, err)
 			var imports []string
 			for _, si := range l.Items {
 				imports = append(imports, si.Name)
@@ -267,7 +268,7 @@ func TestServiceImports(t *testing.T) {
 			t.Errorf("foreign objects changed: %v, were %v", after, before)
 		}
 		// Off, the policy admits no ServiceImport of ours either, only deletes.
-		eventually(t, "the policy of serviceImports off", func() error {
+		harness.Eventually(t, "the policy of serviceImports off", func() error {
 			_, err := sa.MulticlusterV1alpha1().ServiceImports(ns).Create(ctx, &mcsv1alpha1.ServiceImport{
 				ObjectMeta: metav1.ObjectMeta{Name: "foo", Labels: ourLabels("foo")},
 				Spec: mcsv1alpha1.ServiceImportSpec{Type: mcsv1alpha1.Headless,
@@ -288,7 +289,7 @@ func TestServiceImports(t *testing.T) {
 		}
 		// Then without the rules: the ServiceAccount may no longer read ServiceImports.
 		release("writer.keepServiceImportRules=false")
-		eventually(t, "the ServiceImport rules to go", func() error {
+		harness.Eventually(t, "the ServiceImport rules to go", func() error {
 			if _, err := sa.MulticlusterV1alpha1().ServiceImports(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 				return fmt.Errorf("list ServiceImports: %v", err)
 			}
@@ -301,7 +302,7 @@ func TestServiceImports(t *testing.T) {
 func restConfig(t *testing.T, kubeconfig string) *rest.Config {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	must(t, err)
+	testkit.Must(t, err)
 	return cfg
 }
 
@@ -313,18 +314,18 @@ func TestServiceImportsWithoutCRD(t *testing.T) {
 	ns := namespace(t)
 	localFoo(t, ns)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(serviceImportsCorefile, ns, "serviceimports on", ns+" writer"))
-	eventually(t, "the -global slices", func() error {
+	harness.Eventually(t, "the -global slices", func() error {
 		if _, sl := written(t, ns); len(sl) != 2 {
 			return fmt.Errorf("%d slices, want east's and west's", len(sl))
 		}
 		return nil
 	})
 	// The sync that wrote them would have written the MCS slices too; and the CRD was looked for.
-	eventually(t, "a sync and the gauge", func() error {
-		if counter(t, c, syncedOK) < 1 || metric(t, c, "coredns_global_writer_serviceimports_unavailable") != "1" {
-			return fmt.Errorf("syncs %v, unavailable %q", counter(t, c, syncedOK), metric(t, c, "coredns_global_writer_serviceimports_unavailable"))
+	harness.Eventually(t, "a sync and the gauge", func() error {
+		if counter(t, c, syncedOK) < 1 || c.Metric(t, "coredns_global_writer_serviceimports_unavailable") != "1" {
+			return fmt.Errorf("syncs %v, unavailable %q", counter(t, c, syncedOK), c.Metric(t, "coredns_global_writer_serviceimports_unavailable"))
 		}
 		return nil
 	})
@@ -338,7 +339,7 @@ func TestServiceImportsWithoutCRD(t *testing.T) {
 	if strings.Contains(logs, "the server could not find the requested resource") {
 		t.Errorf("a reflector on the missing ServiceImports:\n%s", logs)
 	}
-	must(t, expect(t, c, "foo."+ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11",
+	testkit.Must(t, expect(t, c, "foo."+ns+".svc.clusterset.local.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11",
 		"A "+mirrorAddr(t, ns, "foo-0-west"), "A "+mirrorAddr(t, ns, "foo-1-west")))
 }
 
@@ -346,7 +347,7 @@ func TestServiceImportsWithoutCRD(t *testing.T) {
 func mirrorAddr(t *testing.T, ns, name string) string {
 	t.Helper()
 	svc, err := client().CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	return svc.Spec.ClusterIP
 }
 

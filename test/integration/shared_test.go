@@ -38,7 +38,7 @@ func TestSharedRecordsThroughOtherPlugins(t *testing.T) {
 	ns, west := fooAndWest(t)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(sharedCorefile, ns))
 	all := []string{"A 10.244.1.10", "A 10.244.2.11", "A " + west.ClusterIPs["foo-0"], "A " + west.ClusterIPs["foo-1"]}
-	eventually(t, "foo's answer", func() error {
+	harness.Eventually(t, "foo's answer", func() error {
 		return expectAnyOrder(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, all...)
 	})
 	names := map[string][]string{
@@ -63,12 +63,12 @@ func TestSharedRecordsThroughOtherPlugins(t *testing.T) {
 							asked[b] -= 'a' - 'A'
 						}
 					}
-					r, err := askFrom(c, proto, "127.0.0.1", "", string(asked), dns.TypeA)
+					r, err := c.AskFrom(proto, "127.0.0.1", "", string(asked), dns.TypeA)
 					if err != nil {
 						errs <- err
 						return
 					}
-					got := render(r.Answer)
+					got := harness.Render(r.Answer)
 					slices.Sort(got)
 					if r.Rcode != dns.RcodeSuccess || !slices.Equal(got, want) {
 						errs <- fmt.Errorf("%s over %s: %s %q, want %q", asked, proto, dns.RcodeToString[r.Rcode], got, want)

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/history"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,24 +51,19 @@ func TestSoak(t *testing.T) {
 		t.Skip("the soak runs with make soak (-soak DURATION)")
 	}
 	cp := harness.Start(t)
-	ctx := context.Background()
-	createHistoryNodes(t, cp.Client)
+	history.CreateNodes(t, cp.Client)
 	seed := *historySeed
 	if seed < 0 {
 		seed = time.Now().Unix() % 1000
 	}
-	h := newHistory(t, cp, seed, 60, true)
-	writes := countWrites(t, h)
+	h := history.New(t, cp, seed, 60, true)
+	writes := countWrites(t, cp, h)
 
 	var names atomic.Pointer[[]string]
 	setNames := func() {
-		want, err := oracle(ctx, cp.Client, h.dyn, h.namespaces)
+		n, err := h.Names()
 		if err != nil {
 			return
-		}
-		var n []string
-		for _, s := range want {
-			n = append(n, s.name())
 		}
 		if len(n) == 0 {
 			n = []string{"nothing.h.global."}
@@ -90,7 +86,7 @@ func TestSoak(t *testing.T) {
 				case <-tick.C:
 				}
 				list := *names.Load()
-				replicas := h.replicaList()
+				replicas := h.Replicas()
 				sent.Add(1)
 				if why := askEither(replicas[n%2], replicas[1-n%2], list[n%len(list)], []string{"udp", "tcp"}[n/2%2]); why != "" {
 					failed.Add(1)
@@ -112,7 +108,7 @@ func TestSoak(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			for i, c := range h.replicaList() {
+			for i, c := range h.Replicas() {
 				s, ok := sampleProcess(c, time.Since(start))
 				if !ok {
 					continue
@@ -128,7 +124,7 @@ func TestSoak(t *testing.T) {
 	start := time.Now()
 	steps := 0
 	for ; time.Since(start) < *soakFor; steps++ {
-		h.step(steps)
+		h.Step(steps)
 		setNames()
 	}
 	close(stop)
@@ -144,10 +140,10 @@ func TestSoak(t *testing.T) {
 	report := soakReport(seed, elapsed, steps, h, sent.Load(), failed.Load(), why, writes.Load(), samples)
 	t.Log("\n" + report)
 	if *soakOut != "" {
-		must(t, os.WriteFile(*soakOut, []byte(report), 0o644))
+		testkit.Must(t, os.WriteFile(*soakOut, []byte(report), 0o644))
 	}
-	if failed.Load() > 0 || len(h.mismatches) > 0 {
-		t.Errorf("%d queries failed, %d steps did not converge", failed.Load(), len(h.mismatches))
+	if failed.Load() > 0 || len(h.Mismatches()) > 0 {
+		t.Errorf("%d queries failed, %d steps did not converge", failed.Load(), len(h.Mismatches()))
 	}
 }
 
@@ -175,16 +171,16 @@ func askEither(a, b *harness.CoreDNS, qname, proto string) string {
 
 // countWrites counts the API writes to the objects the writer owns in the history's
 // namespaces (creations, changes of resourceVersion, deletions), from an informer of its own.
-func countWrites(t *testing.T, h *history) *atomic.Int64 {
+func countWrites(t *testing.T, cp *harness.ControlPlane, h *history.History) *atomic.Int64 {
 	var n atomic.Int64
-	f := informers.NewSharedInformerFactoryWithOptions(h.cp.Client, 0,
+	f := informers.NewSharedInformerFactoryWithOptions(cp.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "app.kubernetes.io/managed-by=coredns-global" }))
 	ours := func(obj any) bool {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		o, ok := obj.(interface{ GetNamespace() string })
-		return ok && slices.Contains(h.namespaces, o.GetNamespace())
+		return ok && slices.Contains(h.Namespaces(), o.GetNamespace())
 	}
 	handler := cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -204,9 +200,9 @@ func countWrites(t *testing.T, h *history) *atomic.Int64 {
 		},
 	}
 	_, err := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler)
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = f.Core().V1().Services().Informer().AddEventHandler(handler)
-	must(t, err)
+	testkit.Must(t, err)
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
 	f.Start(stop)
@@ -286,18 +282,18 @@ func slope(ss []soakSample, warmup time.Duration, value func(soakSample) float64
 	return num / den, len(xs)
 }
 
-func soakReport(seed int64, elapsed time.Duration, steps int, h *history, sent, failed int64, why []string, writes int64, samples map[string][]soakSample) string {
+func soakReport(seed int64, elapsed time.Duration, steps int, h *history.History, sent, failed int64, why []string, writes int64, samples map[string][]soakSample) string {
 	var b strings.Builder
 	warmup := min(5*time.Minute, elapsed/4).Round(time.Second)
 	fmt.Fprintf(&b, "# Soak\n\nOne run of `make soak` (`go test ./test/integration -run '^TestSoak$' -soak %s`, seed %d), %s, on %s.\n\n",
 		soakFor.String(), seed, time.Now().UTC().Format("2006-01-02"), machine())
 	fmt.Fprintf(&b, "TestRandomHistory's random history and faults, one step after another, against two bin/coredns replicas (writer on), checked against its oracle after every step, under about %d queries a second (A, UDP and TCP, to one replica and to the other when the first does not answer or fails), with each replica's resident set, Go heap in use, goroutines and open descriptors sampled every %s. Replica 0 is never replaced; replica 1 is killed or stopped by the faults. Growth is the least-squares slope over each process's samples after its first %s (the warm-up); the goroutines are mostly the reflectors of the %d namespaces the Corefile lists.\n\n",
-		int(time.Second/soakInterval)*soakWorkers, soakEvery, warmup, len(h.namespaces))
+		int(time.Second/soakInterval)*soakWorkers, soakEvery, warmup, len(h.Namespaces()))
 	fmt.Fprintf(&b, "| | |\n|---|---|\n")
-	fmt.Fprintf(&b, "| Steps | %d (%d cluster changes, the rest faults) |\n", steps, h.changes)
+	fmt.Fprintf(&b, "| Steps | %d (%d cluster changes, the rest faults) |\n", steps, h.Changes())
 	fmt.Fprintf(&b, "| Queries | %d sent, **%d failed** (%.4f%%) %s |\n", sent, failed, 100*float64(failed)/math.Max(1, float64(sent)), strings.Join(why, ", "))
-	fmt.Fprintf(&b, "| Steps that did not converge to the oracle | **%d** %s |\n", len(h.mismatches), strings.Join(h.mismatches, "; "))
-	fmt.Fprintf(&b, "| API writes to our objects per cluster change | %.2f (%d writes; deletions by the namespace controller included) |\n\n", float64(writes)/math.Max(1, float64(h.changes)), writes)
+	fmt.Fprintf(&b, "| Steps that did not converge to the oracle | **%d** %s |\n", len(h.Mismatches()), strings.Join(h.Mismatches(), "; "))
+	fmt.Fprintf(&b, "| API writes to our objects per cluster change | %.2f (%d writes; deletions by the namespace controller included) |\n\n", float64(writes)/math.Max(1, float64(h.Changes())), writes)
 	fmt.Fprintf(&b, "| Process | Samples | Resident set (MiB), first → last | per hour | Go heap in use (MiB) | per hour | Goroutines | per hour | Descriptors | per hour |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, key := range slices.Sorted(maps.Keys(samples)) {
 		ss := samples[key]

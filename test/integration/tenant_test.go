@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +44,7 @@ func TestTenantChurnIsBounded(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(churnCorefile, ns))
-	eventually(t, "synced", func() error { return metricIs(t, c, "coredns_global_synced", "1") })
+	harness.Eventually(t, "synced", func() error { return metricIs(t, c, "coredns_global_synced", "1") })
 	before := heapInUse(t, c)
 
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "churn", Labels: map[string]string{harness.LabelExported: "true"}},
@@ -57,10 +58,10 @@ func TestTenantChurnIsBounded(t *testing.T) {
 	}
 	churn(0)
 	_, err := client().CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	peak := 0.0
 	for i := 1; i <= 50; i++ {
-		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		testkit.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			cur, err := client().CoreV1().Services(ns).Get(ctx, "churn", metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -78,10 +79,10 @@ func TestTenantChurnIsBounded(t *testing.T) {
 	}
 	// A member without endpoints: a global service all the same, until its Service goes (after
 	// its updates: one watch, in order).
-	eventually(t, "the churning Service seen", func() error { return metricIs(t, c, "coredns_global_services", "1") })
-	must(t, client().CoreV1().Services(ns).Delete(ctx, "churn", metav1.DeleteOptions{}))
-	eventually(t, "the churning Service gone", func() error { return metricIs(t, c, "coredns_global_services", "0") })
-	if v := metric(t, c, `coredns_global_skipped_total{reason="too_many_ports"}`); v == "" || v == "0" {
+	harness.Eventually(t, "the churning Service seen", func() error { return metricIs(t, c, "coredns_global_services", "1") })
+	testkit.Must(t, client().CoreV1().Services(ns).Delete(ctx, "churn", metav1.DeleteOptions{}))
+	harness.Eventually(t, "the churning Service gone", func() error { return metricIs(t, c, "coredns_global_services", "0") })
+	if v := c.Metric(t, `coredns_global_skipped_total{reason="too_many_ports"}`); v == "" || v == "0" {
 		t.Errorf("too_many_ports skipped %q times, want some", v)
 	}
 	after := heapInUse(t, c)
@@ -93,7 +94,7 @@ func TestTenantChurnIsBounded(t *testing.T) {
 
 // metricIs checks that sample of c's metrics has value want.
 func metricIs(t *testing.T, c *harness.CoreDNS, sample, want string) error {
-	if v := metric(t, c, sample); v != want {
+	if v := c.Metric(t, sample); v != want {
 		return fmt.Errorf("%s is %q, want %s", sample, v, want)
 	}
 	return nil
@@ -103,9 +104,9 @@ func metricIs(t *testing.T, c *harness.CoreDNS, sample, want string) error {
 // with gc=1 collects first).
 func heapInUse(t *testing.T, c *harness.CoreDNS) float64 {
 	t.Helper()
-	get(t, "http://"+c.PprofAddr+"/debug/pprof/heap?gc=1")
-	v, err := strconv.ParseFloat(metric(t, c, "go_memstats_heap_inuse_bytes"), 64)
-	must(t, err)
+	harness.Get(t, "http://"+c.PprofAddr+"/debug/pprof/heap?gc=1")
+	v, err := strconv.ParseFloat(c.Metric(t, "go_memstats_heap_inuse_bytes"), 64)
+	testkit.Must(t, err)
 	return v
 }
 
@@ -132,7 +133,7 @@ func TestTenantBurstDoesNotStallOthers(t *testing.T) {
 	ctx := context.Background()
 	burst, other := namespace(t), namespace(t)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(burstCorefile, burst, other))
-	eventually(t, "leading", func() error { return metricIs(t, c, "coredns_global_leader", "1") })
+	harness.Eventually(t, "leading", func() error { return metricIs(t, c, "coredns_global_leader", "1") })
 	exported := func(ns, name string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{harness.LabelExported: "true"}},
 			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}}}
@@ -142,20 +143,20 @@ func TestTenantBurstDoesNotStallOthers(t *testing.T) {
 		made.Go(func() {
 			for i := w; i < 1000; i += 16 {
 				_, err := client().CoreV1().Services(burst).Create(ctx, exported(burst, fmt.Sprint("s", i)), metav1.CreateOptions{})
-				must(t, err)
+				testkit.Must(t, err)
 			}
 		})
 	}
 	made.Wait()
 	writtenOfBurst := func() int {
 		l, err := client().CoreV1().Services(burst).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global"})
-		must(t, err)
+		testkit.Must(t, err)
 		return len(l.Items)
 	}
 	before := writtenOfBurst()
 	_, err := client().CoreV1().Services(other).Create(ctx, exported(other, "mine"), metav1.CreateOptions{})
-	must(t, err)
-	eventually(t, other+"/mine-global written", func() error {
+	testkit.Must(t, err)
+	harness.Eventually(t, other+"/mine-global written", func() error {
 		_, err := client().CoreV1().Services(other).Get(ctx, "mine-global", metav1.GetOptions{})
 		return err
 	})

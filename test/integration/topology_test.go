@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -35,9 +36,9 @@ func linkedControlPlane(t *testing.T, ns string) (*harness.ControlPlane, dynamic
 	t.Helper()
 	own := harness.Start(t)
 	dyn, err := dynamic.NewForConfig(own.Config)
-	must(t, err)
-	for _, n := range []string{ns, linkerdNamespace} {
-		must(t, harness.EnsureNamespace(context.Background(), own.Client, n))
+	testkit.Must(t, err)
+	for _, n := range []string{ns, harness.LinkerdNamespace} {
+		testkit.Must(t, harness.EnsureNamespace(context.Background(), own.Client, n))
 	}
 	return own, dyn
 }
@@ -57,7 +58,7 @@ func TestTopologyFromTheCluster(t *testing.T) {
 	localFooIn(t, c, ns) // on two Nodes of us-east-1, in zones a and b
 	for _, cluster := range []string{"west", "north", "far"} {
 		_, err := harness.CreateMirror(ctx, c, mirror(ns, cluster, true))
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	fooNS := "foo." + ns + ".global."
 	// priorities checks the SRV priority (tier) of each cluster's targets.
@@ -80,23 +81,23 @@ func TestTopologyFromTheCluster(t *testing.T) {
 	// Without the CRDs: no name (the default, local), and the Nodes' region, which no linked
 	// cluster has a locality to match.
 	bare := harness.StartCoreDNS(t, own, fmt.Sprintf(bareCorefile, ""))
-	eventually(t, "answers without the CRDs", priorities(bare, map[string]uint16{"local": 0, "west": 3, "north": 3, "far": 3}))
-	must(t, explains(t, bare, "global.", dns.RcodeSuccess, "cluster=local named-by=default", "cluster=local tier=0 why=local locality=region:us-east-1 from=nodes"))
+	harness.Eventually(t, "answers without the CRDs", priorities(bare, map[string]uint16{"local": 0, "west": 3, "north": 3, "far": 3}))
+	testkit.Must(t, explains(t, bare, "global.", dns.RcodeSuccess, "cluster=local named-by=default", "cluster=local tier=0 why=local locality=region:us-east-1 from=nodes"))
 
-	must(t, own.InstallTopologyCRDs(ctx))
-	must(t, harness.SetClusterProperty(ctx, dyn, "east"))
-	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "west", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
-	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "north", map[string]string{"topology.kubernetes.io/region": "eu-north-1", "topology.kubernetes.io/zone": "eu-north-1a"}))
-	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "far", nil))
+	testkit.Must(t, own.InstallTopologyCRDs(ctx))
+	testkit.Must(t, harness.SetClusterProperty(ctx, dyn, "east"))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "west", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "north", map[string]string{"topology.kubernetes.io/region": "eu-north-1", "topology.kubernetes.io/zone": "eu-north-1a"}))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "far", nil))
 	d := harness.StartCoreDNS(t, own, fmt.Sprintf(bareCorefile, ""))
-	eventually(t, "the discovered topology", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 3, "far": 3}))
-	must(t, expect(t, d, "foo-1.east."+fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
-	must(t, explains(t, d, "global.", dns.RcodeSuccess, "cluster=east named-by=clusterproperty",
+	harness.Eventually(t, "the discovered topology", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 3, "far": 3}))
+	testkit.Must(t, expect(t, d, "foo-1.east."+fooNS, dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
+	testkit.Must(t, explains(t, d, "global.", dns.RcodeSuccess, "cluster=east named-by=clusterproperty",
 		"cluster=east tier=0 why=local locality=region:us-east-1 from=nodes",
 		"cluster=west tier=2 why=region:us-east-1 locality=region:us-east-1 from=link",
 		"cluster=north tier=3 why=none locality=region:eu-north-1,zone:eu-north-1a from=link",
 		"cluster=far tier=3 why=none locality=none from=nothing"))
-	eventually(t, "one warning for far", func() error {
+	harness.Eventually(t, "one warning for far", func() error {
 		if n := strings.Count(d.Logs(), `linked cluster "far" has no locality`); n != 1 {
 			return fmt.Errorf("%d warnings", n)
 		}
@@ -104,13 +105,13 @@ func TestTopologyFromTheCluster(t *testing.T) {
 	})
 
 	// north moves to this region: re-ranked while running.
-	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "north", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
-	eventually(t, "north re-ranked", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 2, "far": 3}))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "north", map[string]string{"topology.kubernetes.io/region": "us-east-1"}))
+	harness.Eventually(t, "north re-ranked", priorities(d, map[string]uint16{"east": 0, "west": 2, "north": 2, "far": 3}))
 
 	// The Corefile wins, and says so once.
 	over := harness.StartCoreDNS(t, own, fmt.Sprintf(bareCorefile, "        cluster east\n        locality west region=eu-west-1\n"))
-	eventually(t, "the Corefile's locality", priorities(over, map[string]uint16{"east": 0, "west": 3, "north": 2, "far": 3}))
-	eventually(t, "one warning for west", func() error {
+	harness.Eventually(t, "the Corefile's locality", priorities(over, map[string]uint16{"east": 0, "west": 3, "north": 2, "far": 3}))
+	harness.Eventually(t, "one warning for west", func() error {
 		if n := strings.Count(over.Logs(), `cluster "west" is at region:eu-west-1 in the Corefile (`+"`locality`"+`) and at region:us-east-1 by its Link`); n != 1 {
 			return fmt.Errorf("%d warnings:\n%s", n, over.Logs())
 		}
@@ -156,7 +157,7 @@ func writtenAddresses(c kubernetes.Interface, ns, name string, addrs ...string) 
 				got = append(got, e.Addresses...)
 			}
 		}
-		if !sameSet(got, addrs) {
+		if !testkit.SameSet(got, addrs) {
 			return fmt.Errorf("the slices of %s/%s hold %v, want %v", ns, name, got, addrs)
 		}
 		return nil
@@ -175,33 +176,33 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	own, dyn := linkedControlPlane(t, ns)
 	c := own.Client
 	localFooIn(t, c, ns)
-	must(t, own.InstallTopologyCRDs(ctx))
-	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "west", nil))
+	testkit.Must(t, own.InstallTopologyCRDs(ctx))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "west", nil))
 	west, err := harness.CreateMirror(ctx, c, mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	evil, err := harness.CreateMirror(ctx, c, mirror(ns, "evil", true))
-	must(t, err)
+	testkit.Must(t, err)
 	// foo-a: a Service anyone could make in the namespace, labelled as west's mirror of foo, which
 	// sorts before Linkerd's foo-west.
 	_, err = harness.CreateMirror(ctx, c, mirror(ns, "a", true))
-	must(t, err)
+	testkit.Must(t, err)
 	svc, err := c.CoreV1().Services(ns).Get(ctx, "foo-a", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	svc.Labels[harness.LabelClusterName] = "west"
 	_, err = c.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 
 	// bar: a global service whose only member is a mirror of late, made before late's Link.
 	late, err := harness.CreateMirror(ctx, c, mirrorOf(ns, "bar", "late", true))
-	must(t, err)
+	testkit.Must(t, err)
 
 	d := harness.StartCoreDNS(t, own, linkedWriterCorefile)
 	fooNS := "foo." + ns + ".global."
 	local := []string{"A 10.244.1.10", "A 10.244.2.11"}
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+west.ClusterIPs["foo-0"])...)
-	eventually(t, "the skipped mirrors counted", func() error {
+	harness.Eventually(t, "the skipped mirrors counted", func() error {
 		for _, reason := range []string{"unlinked_cluster", "duplicate_mirror"} {
-			if v := metric(t, d, `coredns_global_skipped_total{reason="`+reason+`"}`); v == "" || v == "0" {
+			if v := d.Metric(t, `coredns_global_skipped_total{reason="`+reason+`"}`); v == "" || v == "0" {
 				return fmt.Errorf("skipped_total{reason=%q} is %q", reason, v)
 			}
 		}
@@ -211,41 +212,41 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 		return nil
 	})
 	// A Link for evil: its mirror is a member; west's Link deleted: west's is not.
-	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "evil", nil))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "evil", nil))
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"], "A "+west.ClusterIPs["foo-0"])...)
-	must(t, dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace).Delete(ctx, "west", metav1.DeleteOptions{}))
+	testkit.Must(t, dyn.Resource(harness.LinkResource).Namespace(harness.LinkerdNamespace).Delete(ctx, "west", metav1.DeleteOptions{}))
 	eventuallyExpect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
-	must(t, expect(t, d, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
+	testkit.Must(t, expect(t, d, "west."+fooNS, dns.TypeA, dns.RcodeNameError))
 
 	// late's Link made after its mirror: bar, of no member before, answers and is written; the
 	// Link deleted, and made again.
 	barNS, lateIP := "bar."+ns+".global.", late.ClusterIPs["bar-0"]
-	must(t, expect(t, d, barNS, dns.TypeA, dns.RcodeNameError))
+	testkit.Must(t, expect(t, d, barNS, dns.TypeA, dns.RcodeNameError))
 	for range 2 {
-		must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "late", nil))
+		testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "late", nil))
 		eventuallyExpect(t, d, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP)
-		eventually(t, "bar-global written", writtenAddresses(c, ns, "bar-global", lateIP))
-		must(t, dyn.Resource(harness.LinkResource).Namespace(linkerdNamespace).Delete(ctx, "late", metav1.DeleteOptions{}))
+		harness.Eventually(t, "bar-global written", writtenAddresses(c, ns, "bar-global", lateIP))
+		testkit.Must(t, dyn.Resource(harness.LinkResource).Namespace(harness.LinkerdNamespace).Delete(ctx, "late", metav1.DeleteOptions{}))
 		eventuallyExpect(t, d, barNS, dns.TypeA, dns.RcodeNameError)
-		eventually(t, "bar-global deleted", writtenAddresses(c, ns, "bar-global"))
+		harness.Eventually(t, "bar-global deleted", writtenAddresses(c, ns, "bar-global"))
 	}
-	must(t, harness.ApplyLink(ctx, dyn, linkerdNamespace, "late", nil))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, harness.LinkerdNamespace, "late", nil))
 	eventuallyExpect(t, d, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP)
 
 	// A Link in another namespace is anyone's: its cluster's mirror is no member, even with the zone
 	// of this cluster's nodes, which would rank it first.
-	must(t, harness.EnsureNamespace(ctx, c, "shop"))
-	must(t, harness.ApplyLink(ctx, dyn, "shop", "fake", map[string]string{"topology.kubernetes.io/zone": "us-east-1a"}))
+	testkit.Must(t, harness.EnsureNamespace(ctx, c, "shop"))
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, "shop", "fake", map[string]string{"topology.kubernetes.io/zone": "us-east-1a"}))
 	_, err = harness.CreateMirror(ctx, c, mirror(ns, "fake", true))
-	must(t, err)
-	eventually(t, "the mirror of the Link in shop skipped", func() error {
+	testkit.Must(t, err)
+	harness.Eventually(t, "the mirror of the Link in shop skipped", func() error {
 		if !strings.Contains(d.Logs(), `mirror db/foo-fake claims cluster "fake", which no Linkerd Link names`) {
 			return fmt.Errorf("no warning of foo-fake:\n%s", d.Logs())
 		}
 		return nil
 	})
-	must(t, expect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...))
-	must(t, expect(t, d, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
+	testkit.Must(t, expect(t, d, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...))
+	testkit.Must(t, expect(t, d, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
 
 	// A replica whose credentials may not read Links, where the API serves them: no linked cluster's
 	// mirror counts (the local members answer), and the gauge and a log line say why.
@@ -254,11 +255,11 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 		"--resource=services,endpointslices.discovery.k8s.io,nodes,clusterproperties.about.k8s.io")
 	harness.RunKubectl(t, own, "", "create", "clusterrolebinding", user, "--clusterrole="+user, "--user="+user)
 	kubeconfig, err := own.KubeconfigAs(user)
-	must(t, err)
+	testkit.Must(t, err)
 	r := harness.StartCoreDNS(t, own, linkedCorefile, harness.WithKubeconfig(kubeconfig))
 	eventuallyExpect(t, r, fooNS, dns.TypeA, dns.RcodeSuccess, local...)
-	must(t, expect(t, r, barNS, dns.TypeA, dns.RcodeNameError))
-	if v := metric(t, r, "coredns_global_links_unreadable"); v != "1" {
+	testkit.Must(t, expect(t, r, barNS, dns.TypeA, dns.RcodeNameError))
+	if v := r.Metric(t, "coredns_global_links_unreadable"); v != "1" {
 		t.Errorf("coredns_global_links_unreadable %q, want 1", v)
 	}
 	if n := strings.Count(r.Logs(), "cannot read Linkerd's Links in namespace linkerd-multicluster"); n != 1 {
@@ -269,7 +270,7 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	harness.RunKubectl(t, own, "", "create", "clusterrolebinding", user+"-links", "--clusterrole="+user+"-links", "--user="+user)
 	eventuallyExpect(t, r, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
 	eventuallyExpect(t, r, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP) // a service of mirrors only, too
-	if v := metric(t, r, "coredns_global_links_unreadable"); v != "0" {
+	if v := r.Metric(t, "coredns_global_links_unreadable"); v != "0" {
 		t.Errorf("coredns_global_links_unreadable %q once readable, want 0", v)
 	}
 
@@ -278,12 +279,12 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	// until the Links can be read; then the Links count.
 	faulty := harness.StartFaultyAPI(t, own, func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/apis/multicluster.linkerd.io") })
 	through, err := own.KubeconfigThrough(faulty)
-	must(t, err)
+	testkit.Must(t, err)
 	f := harness.StartCoreDNS(t, own, linkedCorefile, harness.WithKubeconfig(through))
 	eventuallyExpect(t, f, fooNS, dns.TypeA, dns.RcodeSuccess, local...)
-	must(t, expect(t, f, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
-	must(t, expect(t, f, barNS, dns.TypeA, dns.RcodeNameError))
-	if v := metric(t, f, "coredns_global_links_unreadable"); v != "1" {
+	testkit.Must(t, expect(t, f, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
+	testkit.Must(t, expect(t, f, barNS, dns.TypeA, dns.RcodeNameError))
+	if v := f.Metric(t, "coredns_global_links_unreadable"); v != "1" {
 		t.Errorf("coredns_global_links_unreadable %q while Links are not discovered, want 1", v)
 	}
 	if n := strings.Count(f.Logs(), "cannot read Linkerd's Links in namespace linkerd-multicluster: discovery of multicluster.linkerd.io"); n != 1 {
@@ -292,8 +293,8 @@ func TestOnlyLinkedClustersMirror(t *testing.T) {
 	faulty.Heal()
 	eventuallyExpect(t, f, fooNS, dns.TypeA, dns.RcodeSuccess, append(local, "A "+evil.ClusterIPs["foo-0"])...)
 	eventuallyExpect(t, f, barNS, dns.TypeA, dns.RcodeSuccess, "A "+lateIP)
-	must(t, expect(t, f, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
-	if v := metric(t, f, "coredns_global_links_unreadable"); v != "0" {
+	testkit.Must(t, expect(t, f, "fake."+fooNS, dns.TypeA, dns.RcodeNameError))
+	if v := f.Metric(t, "coredns_global_links_unreadable"); v != "0" {
 		t.Errorf("coredns_global_links_unreadable %q once discovered, want 0", v)
 	}
 }

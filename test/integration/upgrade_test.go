@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	appsv1 "k8s.io/api/apps/v1"
@@ -38,9 +39,9 @@ func previousRelease(t *testing.T) release {
 func thisBuild(t *testing.T) release {
 	t.Helper()
 	tarball, err := harness.Built(harness.EnvImageTar, "image")
-	must(t, err)
+	testkit.Must(t, err)
 	bin, err := harness.CoreDNSBinary()
-	must(t, err)
+	testkit.Must(t, err)
 	image := imageName(t, tarball)
 	_, version, _ := strings.Cut(image, imageRepository+":")
 	return release{version: version, image: image, binary: bin, chart: chartPath(t, "")}
@@ -70,35 +71,37 @@ func TestUpgradeRollback(t *testing.T) {
 	}
 
 	// The mesh: this cluster's foo (two ready pods, one not) and west's mirror of it.
-	must(t, harness.EnsureNamespace(ctx, c, "db"))
+	testkit.Must(t, harness.EnsureNamespace(ctx, c, "db"))
 	localFooIn(t, c, "db")
 	west, err := harness.CreateMirror(ctx, c, mirror("db", "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	want := []string{"10.244.1.10", "10.244.2.11", west.ClusterIPs["foo-0"], west.ClusterIPs["foo-1"]}
 	for i := range 3 {
-		must(t, createSchedulableNode(ctx, c, fmt.Sprintf("node-%d", i), []string{"us-east-1a", "us-east-1b"}[i%2]))
+		testkit.Must(t, createSchedulableNode(ctx, c, fmt.Sprintf("node-%d", i), []string{"us-east-1a", "us-east-1b"}[i%2]))
 	}
-	must(t, harness.EnsureNamespace(ctx, c, ns))
-	k := newKubelet(t, own, ns, map[string]string{prev.image: prev.binary, cur.image: cur.binary})
+	testkit.Must(t, harness.EnsureNamespace(ctx, c, ns))
+	images := map[string]string{prev.image: prev.binary, cur.image: cur.binary}
+	k := harness.NewKubelet(t, own, ns, runPod(t, own, ns, images))
 
 	// Install the previous release, as it was installed: its chart, its HA values, its image.
 	harness.RunHelm(t, helm, own, "install", name, prev.chart, "--namespace", ns, "--values", filepath.Join(prev.chart, "values-ha.yaml"),
 		"--set", "image.repository="+imageRepository, "--set", "image.tag="+prev.version, "--set", "clusterName=east")
-	k.until("the previous release rolled out", rolledOutTo(k, prev, 3))
-	eventually(t, "the written slices", func() error { return writtenSlices(t, c, "db", map[string]int{"east": 3, "west": 2}) })
-	k.until("a leader", func() error { _, err := leaderOf(t, k.running()); return err })
+	k.Until("the previous release rolled out", rolledOutTo(t, k, own, prev, 3))
+	harness.Eventually(t, "the written slices", func() error { return writtenSlices(t, c, "db", map[string]int{"east": 3, "west": 2}) })
+	k.Until("a leader", func() error { _, err := leaderOf(t, k.Running()); return err })
 	written := writtenVersions(t, own)
 	// 0.1.0 wrote its slices without service.kubernetes.io/headless, which this build's writer adds.
 	relabels := !allHeadless(t, own)
 
 	var running []*harness.CoreDNS
-	for _, pp := range k.running() {
-		running = append(running, pp.c)
+	for _, pp := range k.Running() {
+		running = append(running, pp.C)
 	}
-	k.pool = newPool("foo.db.global.", want, running...)
-	defer k.pool.stop()
-	k.pool.await(t, 300)
-	k.pool.check(t, "the previous release")
+	load := newPool("foo.db.global.", want, running...)
+	k.Started, k.Exited = load.add, load.remove
+	defer load.stop()
+	load.await(t, 300)
+	load.check(t, "the previous release")
 
 	phases := []struct {
 		name string
@@ -110,29 +113,29 @@ func TestUpgradeRollback(t *testing.T) {
 	}
 	for _, ph := range phases {
 		harness.RunHelm(t, helm, own, ph.cmd...)
-		k.until(ph.name+": every pod on "+ph.to.image, rolledOutTo(k, ph.to, 3))
-		var leader *podProcess
-		k.until(ph.name+": a leader of "+ph.to.version, func() error {
+		k.Until(ph.name+": every pod on "+ph.to.image, rolledOutTo(t, k, own, ph.to, 3))
+		var leader *harness.PodProcess
+		k.Until(ph.name+": a leader of "+ph.to.version, func() error {
 			var err error
-			leader, err = leaderOf(t, k.running())
+			leader, err = leaderOf(t, k.Running())
 			return err
 		})
-		if leader.binary != ph.to.binary {
-			t.Errorf("%s: the lease is held by %s, of %s", ph.name, leader.pod, leader.image)
+		if images[leader.Image] != ph.to.binary {
+			t.Errorf("%s: the lease is held by %s, of %s", ph.name, leader.Pod, leader.Image)
 		}
 		// install.md's commands after an upgrade: the rollout's status, and the versions (the CLI
 		// reaches one replica with --dns-addr: the pods' addresses are not the processes').
 		harness.RunKubectl(t, own, "", docCommand(t, doc, "kubectl -n coredns-global rollout status ")...)
-		out, _, _ := cli(t, own, "", "version", "--dns-addr", leader.c.Addr)
-		if !strings.Contains(out, "\nServer version: "+ph.to.version+" ("+leader.c.Addr+")\n") {
+		out, _, _ := cli(t, own, "", "version", "--dns-addr", leader.C.Addr)
+		if !strings.Contains(out, "\nServer version: "+ph.to.version+" ("+leader.C.Addr+")\n") {
 			t.Errorf("%s: linkerd global version:\n%s", ph.name, out)
 		}
-		k.pool.await(t, 300)
-		k.pool.check(t, ph.name)
+		load.await(t, 300)
+		load.check(t, ph.name)
 		if ph.to == cur && relabels {
 			// This build's writer adds the label (its admission policy requires it): one update
 			// per slice, nothing else.
-			eventually(t, "the slices labelled headless", func() error {
+			harness.Eventually(t, "the slices labelled headless", func() error {
 				if !allHeadless(t, own) {
 					return fmt.Errorf("a written slice without %s", corev1.IsHeadlessService)
 				}
@@ -158,9 +161,9 @@ func TestUpgradeRollback(t *testing.T) {
 	// release's Corefile, the lease handed from one to the other and back (the leader steps down as
 	// a replica going away does, and a replica of its release takes its place).
 	harness.RunKubectl(t, own, "", "scale", "deployment", name, "--namespace", ns, "--replicas", "0")
-	k.until("the Deployment scaled to nothing", func() error {
-		if len(k.procs) > 0 {
-			return fmt.Errorf("%d pods running", len(k.procs))
+	k.Until("the Deployment scaled to nothing", func() error {
+		if n := len(k.Processes()); n > 0 {
+			return fmt.Errorf("%d pods running", n)
 		}
 		return nil
 	})
@@ -174,7 +177,7 @@ func TestUpgradeRollback(t *testing.T) {
 	leader := waitLeader(t, pair...)
 	for round := range 3 {
 		// The same records (each replica rotates them within a tier, by chance).
-		a, b := render(ask(t, pair[0], "tcp", "foo.db.global.", dns.TypeA).Answer), render(ask(t, pair[1], "tcp", "foo.db.global.", dns.TypeA).Answer)
+		a, b := harness.Render(ask(t, pair[0], "tcp", "foo.db.global.", dns.TypeA).Answer), harness.Render(ask(t, pair[1], "tcp", "foo.db.global.", dns.TypeA).Answer)
 		slices.Sort(a)
 		slices.Sort(b)
 		if !slices.Equal(a, b) || len(a) != len(want) {
@@ -197,39 +200,66 @@ func TestUpgradeRollback(t *testing.T) {
 	}
 }
 
-// rolledOutTo reports nil once the Deployment runs n pods, all of r's image, each process r's
-// binary and saying r's version, and none terminating.
-func rolledOutTo(k *kubelet, r release, n int) func() error {
+// rolledOutTo reports nil once the Deployment of cp's namespace of k runs n pods, all of r's
+// image, each process saying r's version, and none terminating.
+func rolledOutTo(t *testing.T, k *harness.Kubelet, cp *harness.ControlPlane, r release, n int) func() error {
 	return func() error {
 		ctx := context.Background()
-		d, err := k.cp.Client.AppsV1().Deployments(k.ns).Get(ctx, "coredns-global", metav1.GetOptions{})
+		const ns = "coredns-global"
+		d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, "coredns-global", metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if err := deploymentDone(d, n); err != nil {
 			return err
 		}
-		pods, err := k.cp.Client.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
+		pods, err := cp.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
-		if len(pods.Items) != n || len(k.procs) != n {
-			return fmt.Errorf("%d pods, %d processes, want %d", len(pods.Items), len(k.procs), n)
+		procs := k.Processes()
+		if len(pods.Items) != n || len(procs) != n {
+			return fmt.Errorf("%d pods, %d processes, want %d", len(pods.Items), len(procs), n)
 		}
 		for _, p := range pods.Items {
 			if img := p.Spec.Containers[0].Image; img != r.image {
 				return fmt.Errorf("pod %s runs %s", p.Name, img)
 			}
 		}
-		for _, pp := range k.procs {
-			if pp.binary != r.binary {
-				return fmt.Errorf("pod %s runs %s", pp.pod, pp.binary)
+		for _, pp := range procs {
+			if pp.Image != r.image {
+				return fmt.Errorf("pod %s runs %s", pp.Pod, pp.Image)
 			}
-			if v := replicaVersion(k.t, pp.c); v != "1.15.0+"+r.version {
-				return fmt.Errorf("pod %s says version %s, want 1.15.0+%s", pp.pod, v, r.version)
+			if v := replicaVersion(t, pp.C); v != "1.15.0+"+r.version {
+				return fmt.Errorf("pod %s says version %s, want 1.15.0+%s", pp.Pod, v, r.version)
 			}
 		}
 		return nil
+	}
+}
+
+// runPod starts a pod of namespace ns as its kubelet would: the coredns binary its image names
+// (images), with the Corefile of the ConfigMap it mounts (as the kubelet mounts it when the pod
+// starts), its container's environment and its ServiceAccount's token.
+func runPod(t *testing.T, cp *harness.ControlPlane, ns string, images map[string]string) func(p *corev1.Pod) (*harness.CoreDNS, error) {
+	return func(p *corev1.Pod) (*harness.CoreDNS, error) {
+		ctr := p.Spec.Containers[0]
+		bin, ok := images[ctr.Image]
+		if !ok {
+			return nil, fmt.Errorf("no binary for image %s (ErrImagePull)", ctr.Image)
+		}
+		cmName := ""
+		for _, v := range p.Spec.Volumes {
+			if v.ConfigMap != nil {
+				cmName = v.ConfigMap.Name
+			}
+		}
+		cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), cmName, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		env := podEnv(ns, kubeconfigOf(t, cp, ns, p.Spec.ServiceAccountName), ctr)
+		return harness.StartCoreDNS(t, nil, localize(cm.Data["Corefile"], repoPath(t)), harness.WithEnv(env...), harness.WithBinary(bin)), nil
 	}
 }
 
@@ -265,10 +295,10 @@ func replicaVersion(t *testing.T, c *harness.CoreDNS) string {
 }
 
 // leaderOf is the one process of ps that holds the writer's lease.
-func leaderOf(t *testing.T, ps []*podProcess) (*podProcess, error) {
-	var leaders []*podProcess
+func leaderOf(t *testing.T, ps []*harness.PodProcess) (*harness.PodProcess, error) {
+	var leaders []*harness.PodProcess
 	for _, pp := range ps {
-		if metric(t, pp.c, "coredns_global_leader") == "1" {
+		if pp.C.Metric(t, "coredns_global_leader") == "1" {
 			leaders = append(leaders, pp)
 		}
 	}
@@ -283,7 +313,7 @@ func allHeadless(t *testing.T, cp *harness.ControlPlane) bool {
 	t.Helper()
 	l, err := cp.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(context.Background(),
 		metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global,!" + corev1.IsHeadlessService})
-	must(t, err)
+	testkit.Must(t, err)
 	return len(l.Items) == 0
 }
 
@@ -294,12 +324,12 @@ func writtenVersions(t *testing.T, cp *harness.ControlPlane) map[string]string {
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global"}
 	out := map[string]string{}
 	svcs, err := cp.Client.CoreV1().Services(metav1.NamespaceAll).List(ctx, sel)
-	must(t, err)
+	testkit.Must(t, err)
 	for _, s := range svcs.Items {
 		out["Service/"+s.Namespace+"/"+s.Name] = s.ResourceVersion
 	}
 	slices, err := cp.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, sel)
-	must(t, err)
+	testkit.Must(t, err)
 	for _, s := range slices.Items {
 		out["EndpointSlice/"+s.Namespace+"/"+s.Name] = s.ResourceVersion
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/watch"
+	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -53,7 +55,7 @@ func watcherFeedsIndex(t *testing.T) {
 	createSlice(t, ns, "foo-west", "foo-west-1", mirrored, "10.96.0.1")
 
 	w, err := watch.New(client(), []string{ns}, watch.DefaultExportSelector)
-	must(t, err)
+	testkit.Must(t, err)
 	ix := index.New(&index.Topology{Local: "east"}, w)
 	go ix.Run(ctx)
 	go func() {
@@ -85,7 +87,7 @@ func watcherFeedsIndex(t *testing.T) {
 			t.Errorf("qux%s: global service %v with records %v, want one without records", suffix, ok, a)
 		}
 	}
-	eventually(t, "the first sync", func() error {
+	harness.Eventually(t, "the first sync", func() error {
 		if !ix.Ready() {
 			return fmt.Errorf("not ready")
 		}
@@ -116,9 +118,9 @@ func watcherFeedsIndex(t *testing.T) {
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
 	}
 	_, err = client().CoreV1().Services(ns).Create(ctx, local, metav1.CreateOptions{})
-	must(t, err)
-	must(t, client().CoreV1().Services(ns).Delete(ctx, "foo-west", metav1.DeleteOptions{}))
-	eventually(t, "foo to go with its last member", func() error {
+	testkit.Must(t, err)
+	testkit.Must(t, client().CoreV1().Services(ns).Delete(ctx, "foo-west", metav1.DeleteOptions{}))
+	harness.Eventually(t, "foo to go with its last member", func() error {
 		if a, ok := addrs("foo"); ok {
 			return fmt.Errorf("foo is still a global service: %v", a)
 		}
@@ -128,7 +130,7 @@ func watcherFeedsIndex(t *testing.T) {
 
 func wantAddrs(t *testing.T, addrs func(string) ([]string, bool), name string, want ...string) {
 	t.Helper()
-	eventually(t, name+"'s records", func() error {
+	harness.Eventually(t, name+"'s records", func() error {
 		if got, _ := addrs(name); !slices.Equal(got, want) {
 			return fmt.Errorf("%s answers %v, want %v", name, got, want)
 		}
@@ -143,7 +145,7 @@ func createService(t *testing.T, ns, name string, labels, annotations map[string
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
 		Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "db", Port: 5432}}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 }
 
 // createSlice creates a slice of Service service with labels (and the service-name label) and one
@@ -163,5 +165,5 @@ func createSlice(t *testing.T, ns, service, name string, labels map[string]strin
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}, Hostname: ptr.To(fmt.Sprintf("%s-%d", name, i))})
 	}
 	_, err := client().DiscoveryV1().EndpointSlices(ns).Create(context.Background(), es, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
@@ -51,10 +52,10 @@ func written(t *testing.T, ns string) (*corev1.Service, map[string]discoveryv1.E
 	if apierrors.IsNotFound(err) {
 		svc = nil
 	} else {
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	list, err := client().DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=foo-global"})
-	must(t, err)
+	testkit.Must(t, err)
 	out := map[string]discoveryv1.EndpointSlice{}
 	for _, es := range list.Items {
 		out[es.Name] = es
@@ -113,12 +114,12 @@ func versions(t *testing.T, ns string) map[string]string {
 // counter returns one counter sample of c's /metrics as a number: 0 while absent (nothing counted).
 func counter(t *testing.T, c *harness.CoreDNS, sample string) float64 {
 	t.Helper()
-	v := metric(t, c, sample)
+	v := c.Metric(t, sample)
 	if v == "" {
 		return 0
 	}
 	n, err := strconv.ParseFloat(v, 64)
-	must(t, err)
+	testkit.Must(t, err)
 	return n
 }
 
@@ -129,29 +130,18 @@ const (
 	wroteUpdates = `coredns_global_endpointslice_changes_total{operation="update"}`
 )
 
-// metric returns the value of one sample line of c's /metrics, "" when absent.
-func metric(t *testing.T, c *harness.CoreDNS, sample string) string {
-	t.Helper()
-	for _, l := range strings.Split(get(t, "http://"+c.MetricsAddr+"/metrics"), "\n") {
-		if v, ok := strings.CutPrefix(l, sample+" "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
 func TestWriterObjects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := namespace(t)
 	localFoo(t, ns)
 	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	// north's gateway is down: its record is written, not ready (mesh-aware clients see the truth).
 	down := mirror(ns, "north", true)
 	down.GatewayDown = true
 	north, err := harness.CreateMirror(ctx, client(), down)
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 
 	pod := func(name string) string { return "Pod/" + ns + "/" + name }
@@ -164,7 +154,7 @@ foo-global-north-ipv4-0 IPv4 ports=db:5432/TCP
 foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
   foo-0-west %[5]s ready=true serving=true terminating=false zone=us-east-1b node=<nil> target=
 `, ns, pod("foo-0"), pod("foo-1"), pod("foo-2"), west.ClusterIPs["foo-0"], north.ClusterIPs["foo-0"])
-	eventually(t, "the written slices", func() error {
+	harness.Eventually(t, "the written slices", func() error {
 		if _, sl := written(t, ns); describeAll(sl) != want {
 			return fmt.Errorf("slices:\n%s\nwant:\n%s", describeAll(sl), want)
 		}
@@ -207,7 +197,7 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 			t.Errorf("%s is not owned by the Service: %v", name, es.OwnerReferences)
 		}
 	}
-	must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A "+west.ClusterIPs["foo-0"]))
+	testkit.Must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A "+west.ClusterIPs["foo-0"]))
 
 	// The cluster's own DNS (CoreDNS's kubernetes plugin) answers from what was written.
 	kube := harness.StartCoreDNS(t, cp, `cluster.local:{{.Port}} {
@@ -219,19 +209,19 @@ foo-global-west-ipv4-0 IPv4 ports=db:5432/TCP
 }
 `)
 	svcName := "foo-global." + ns + ".svc.cluster.local."
-	eventually(t, "the kubernetes plugin's answer", func() error {
+	harness.Eventually(t, "the kubernetes plugin's answer", func() error {
 		return expectAnyOrder(t, kube, svcName, dns.TypeA, dns.RcodeSuccess, "A 10.244.1.10", "A 10.244.2.11", "A "+west.ClusterIPs["foo-0"])
 	})
-	must(t, expect(t, kube, "foo-0-west."+svcName, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
-	must(t, expect(t, kube, "foo-1-east."+svcName, dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
+	testkit.Must(t, expect(t, kube, "foo-0-west."+svcName, dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
+	testkit.Must(t, expect(t, kube, "foo-1-east."+svcName, dns.TypeA, dns.RcodeSuccess, "A 10.244.2.11"))
 
 	// Members removed while no replica runs: the next one to lead deletes what was written.
 	c.Stop()
-	must(t, client().CoreV1().Services(ns).Delete(ctx, "foo", metav1.DeleteOptions{}))
-	must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "west"))
-	must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "north"))
+	testkit.Must(t, client().CoreV1().Services(ns).Delete(ctx, "foo", metav1.DeleteOptions{}))
+	testkit.Must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "west"))
+	testkit.Must(t, harness.DeleteMirror(ctx, client(), ns, "foo", "north"))
 	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
-	eventually(t, "the written objects to go", func() error {
+	harness.Eventually(t, "the written objects to go", func() error {
 		if svc, sl := written(t, ns); svc != nil || len(sl) != 0 {
 			return fmt.Errorf("still there: service %v, %d slices", svc != nil, len(sl))
 		}
@@ -248,7 +238,7 @@ func TestWriterNewTermAfterLostLease(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 	westSlice := func(want ...string) func() error {
 		return func() error {
@@ -263,7 +253,7 @@ func TestWriterNewTermAfterLostLease(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, "the first term's writes", westSlice("foo-0-west", "foo-1-west"))
+	harness.Eventually(t, "the first term's writes", westSlice("foo-0-west", "foo-1-west"))
 
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := client().CoordinationV1().Leases(ns).Get(ctx, "writer", metav1.GetOptions{})
@@ -275,16 +265,16 @@ func TestWriterNewTermAfterLostLease(t *testing.T) {
 		_, err = client().CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
 		return err
 	})
-	must(t, err)
-	eventuallyLong(t, "a second term", func() error {
+	testkit.Must(t, err)
+	harness.EventuallyLong(t, "a second term", func() error {
 		if n := strings.Count(c.Logs(), "leads (lease "+ns+"/writer)"); n < 2 {
 			return fmt.Errorf("%d terms", n)
 		}
 		return nil
 	})
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, false))
-	must(t, err)
-	eventually(t, "the second term's writes", westSlice("foo-0-west"))
+	testkit.Must(t, err)
+	harness.Eventually(t, "the second term's writes", westSlice("foo-0-west"))
 }
 
 // TestWriterRenamedPort: a linked cluster exposes the local db:5432 as postgres:5432. The written
@@ -298,9 +288,9 @@ func TestWriterRenamedPort(t *testing.T) {
 	m := mirror(ns, "west", true)
 	m.Ports = []harness.Port{{Name: "postgres", Port: 5432}}
 	_, err := harness.CreateMirror(ctx, client(), m)
-	must(t, err)
+	testkit.Must(t, err)
 	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
-	eventually(t, "both clusters' slices", func() error {
+	harness.Eventually(t, "both clusters' slices", func() error {
 		svc, sl := written(t, ns)
 		if svc == nil || len(sl) != 2 {
 			return fmt.Errorf("service %v, slices:\n%s", svc != nil, describeAll(sl))
@@ -320,7 +310,7 @@ func TestWriterRestoresItsService(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 	restored := func() error {
 		svc, _ := written(t, ns)
@@ -329,7 +319,7 @@ func TestWriterRestoresItsService(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, "the written Service", restored)
+	harness.Eventually(t, "the written Service", restored)
 	for _, edit := range []func(*corev1.Service){
 		func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "theirs"} },
 		func(s *corev1.Service) {
@@ -346,8 +336,8 @@ func TestWriterRestoresItsService(t *testing.T) {
 			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
 			return err
 		})
-		must(t, err)
-		eventually(t, "the Service restored", restored)
+		testkit.Must(t, err)
+		harness.Eventually(t, "the Service restored", restored)
 	}
 }
 
@@ -359,11 +349,11 @@ func TestWriterRestoresItsSlices(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
 	const name = "foo-global-west-ipv4-0"
 	var want string
-	eventually(t, "the written slice", func() error {
+	harness.Eventually(t, "the written slice", func() error {
 		_, sl := written(t, ns)
 		es, ok := sl[name]
 		if !ok || len(es.Endpoints) != 2 {
@@ -382,7 +372,7 @@ func TestWriterRestoresItsSlices(t *testing.T) {
 		func(es *discoveryv1.EndpointSlice) { es.Endpoints[0].Conditions.Ready = ptr.To(false) },
 		func(es *discoveryv1.EndpointSlice) { es.Endpoints = es.Endpoints[1:] },
 	} {
-		must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		testkit.Must(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			es, err := client().DiscoveryV1().EndpointSlices(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -391,10 +381,10 @@ func TestWriterRestoresItsSlices(t *testing.T) {
 			_, err = client().DiscoveryV1().EndpointSlices(ns).Update(ctx, es, metav1.UpdateOptions{})
 			return err
 		}))
-		eventually(t, "the slice restored after an edit", restored)
+		harness.Eventually(t, "the slice restored after an edit", restored)
 	}
-	must(t, client().DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, metav1.DeleteOptions{}))
-	eventually(t, "the slice restored after its deletion", restored)
+	testkit.Must(t, client().DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, metav1.DeleteOptions{}))
+	harness.Eventually(t, "the slice restored after its deletion", restored)
 }
 
 func sortedLines(s string) string {
@@ -411,13 +401,13 @@ func TestWriterWritesLittle(t *testing.T) {
 	ns := namespace(t)
 	localFoo(t, ns)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	_, err = harness.CreateMirror(ctx, client(), mirror(ns, "north", true))
-	must(t, err)
+	testkit.Must(t, err)
 	// debug: the writer logs every write with its reason, which a failure below shows.
 	tmpl := strings.Replace(fmt.Sprintf(writerCorefile, ns), "    global {", "    debug\n    global {", 1)
 	c := harness.StartCoreDNS(t, cp, tmpl)
-	eventually(t, "three clusters' slices", func() error {
+	harness.Eventually(t, "three clusters' slices", func() error {
 		if _, sl := written(t, ns); len(sl) != 3 || len(sl["foo-global-west-ipv4-0"].Endpoints) != 2 {
 			return fmt.Errorf("slices:\n%s", describeAll(sl))
 		}
@@ -430,8 +420,8 @@ func TestWriterWritesLittle(t *testing.T) {
 	// west's foo-1 becomes not ready (Linkerd drops it): only west's slice is written, once.
 	updates := counter(t, c, wroteUpdates)
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, false))
-	must(t, err)
-	eventually(t, "west's slice to drop foo-1", func() error {
+	testkit.Must(t, err)
+	harness.Eventually(t, "west's slice to drop foo-1", func() error {
 		_, sl := written(t, ns)
 		if eps := sl["foo-global-west-ipv4-0"].Endpoints; len(eps) != 1 || *eps[0].Hostname != "foo-0-west" {
 			return fmt.Errorf("slices:\n%s", describeAll(sl))
@@ -461,9 +451,9 @@ func TestWriterWritesLittle(t *testing.T) {
 	c = harness.StartCoreDNS(t, cp, tmpl)
 	// The term's first sync of foo runs on full caches (the term waits for them) and counts its
 	// writes before itself: once it is counted, whatever a restart would write has been written.
-	eventually(t, "the new process to lead and sync", func() error {
-		if metric(t, c, "coredns_global_leader") != "1" || metric(t, c, syncedOK) == "" {
-			return fmt.Errorf("leader %q, syncs %q", metric(t, c, "coredns_global_leader"), metric(t, c, syncedOK))
+	harness.Eventually(t, "the new process to lead and sync", func() error {
+		if c.Metric(t, "coredns_global_leader") != "1" || c.Metric(t, syncedOK) == "" {
+			return fmt.Errorf("leader %q, syncs %q", c.Metric(t, "coredns_global_leader"), c.Metric(t, syncedOK))
 		}
 		return nil
 	})
@@ -477,7 +467,7 @@ func TestWriterWritesLittle(t *testing.T) {
 	}
 	synced := counter(t, c, syncedOK)
 	annotateService(t, ns, "foo", map[string]string{"example.com/tick": "1"})
-	eventually(t, "a sync after the local Service changed", func() error {
+	harness.Eventually(t, "a sync after the local Service changed", func() error {
 		if n := counter(t, c, syncedOK); n <= synced {
 			return fmt.Errorf("%v syncs", n)
 		}
@@ -494,8 +484,8 @@ func TestWriterWritesLittle(t *testing.T) {
 		ready[i] = true
 	}
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "north", ready...))
-	must(t, err)
-	eventually(t, "north in 3 slices", func() error {
+	testkit.Must(t, err)
+	harness.Eventually(t, "north in 3 slices", func() error {
 		_, sl := written(t, ns)
 		var n, count int
 		for name, es := range sl {
@@ -528,9 +518,9 @@ func TestWriterPodMirrorSliceLate(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
-	eventually(t, "west's foo-0 written", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true}))
+	harness.Eventually(t, "west's foo-0 written", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true}))
 	afterSync(t, c, ns, "foo-global-west-ipv4-0")
 	writes := writesOf(t, c)
 	without := `coredns_global_records_without_pod_mirror{cluster="west"}`
@@ -538,17 +528,17 @@ func TestWriterPodMirrorSliceLate(t *testing.T) {
 	m := mirror(ns, "west", true, true)
 	m.HoldPodSlices = true
 	objs, err := harness.UpdateMirror(ctx, client(), m)
-	must(t, err)
+	testkit.Must(t, err)
 	both := []string{"A " + objs.ClusterIPs["foo-0"], "A " + objs.ClusterIPs["foo-1"]}
 	eventuallyExpect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, both...)
-	eventually(t, "west's foo-1 written ready", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true, "foo-1-west": true}))
-	if v := metric(t, c, without); v != "1" {
+	harness.Eventually(t, "west's foo-1 written ready", writtenReady(t, ns, "west", map[string]bool{"foo-0-west": true, "foo-1-west": true}))
+	if v := c.Metric(t, without); v != "1" {
 		t.Errorf("records without a per-pod mirror's slice: %q, want 1", v)
 	}
 
-	must(t, harness.ReleasePodSlices(ctx, client(), objs))
-	eventually(t, "foo-1-west's slice seen", func() error {
-		if v := metric(t, c, without); v != "0" {
+	testkit.Must(t, harness.ReleasePodSlices(ctx, client(), objs))
+	harness.Eventually(t, "foo-1-west's slice seen", func() error {
+		if v := c.Metric(t, without); v != "0" {
 			return fmt.Errorf("records without a per-pod mirror's slice: %q", v)
 		}
 		return nil
@@ -557,7 +547,7 @@ func TestWriterPodMirrorSliceLate(t *testing.T) {
 	if n := writesOf(t, c) - writes; n != 1 {
 		t.Errorf("%v writes for one new remote pod, want 1", n)
 	}
-	must(t, expect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, both...))
+	testkit.Must(t, expect(t, c, "west.foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, both...))
 }
 
 // writtenReady checks cluster's endpoints in the written foo-global slices of ns: want says, by
@@ -611,15 +601,15 @@ func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "foo-global", Labels: map[string]string{"team": "theirs"}},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, Selector: map[string]string{"app": "theirs"}},
 	}, metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	before, err := json.Marshal(foreign)
-	must(t, err)
+	testkit.Must(t, err)
 	west, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 
 	c := harness.StartCoreDNS(t, cp, fmt.Sprintf(writerCorefile, ns))
-	eventually(t, "the conflict reported", func() error {
-		if v := metric(t, c, "coredns_global_writer_conflicts"); v != "1" {
+	harness.Eventually(t, "the conflict reported", func() error {
+		if v := c.Metric(t, "coredns_global_writer_conflicts"); v != "1" {
 			return fmt.Errorf("conflicts %q", v)
 		}
 		events, err := client().CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=foo-global,reason=GlobalServiceConflict"})
@@ -628,25 +618,25 @@ func TestWriterLeavesForeignObjectsAlone(t *testing.T) {
 		}
 		return nil
 	})
-	must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
+	testkit.Must(t, expect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"]))
 
 	// More changes, more chances to touch it: once DNS answers the change, the index has queued
 	// foo for the writer, and a sync of it that ends in the conflict again is the evidence that
 	// the writer looked at the change.
 	clashes := counter(t, c, syncedClash)
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	eventuallyExpect(t, c, "foo."+ns+".global.", dns.TypeA, dns.RcodeSuccess, "A "+west.ClusterIPs["foo-0"], "A "+harnessIP(t, ns, "foo-1-west"))
-	eventually(t, "a sync of the change", func() error {
+	harness.Eventually(t, "a sync of the change", func() error {
 		if n := counter(t, c, syncedClash); n <= clashes {
 			return fmt.Errorf("%v conflicting syncs, want more than %v", n, clashes)
 		}
 		return nil
 	})
 	now, err := client().CoreV1().Services(ns).Get(ctx, "foo-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	after, err := json.Marshal(now)
-	must(t, err)
+	testkit.Must(t, err)
 	if string(after) != string(before) {
 		t.Errorf("the foreign Service changed:\n%s\n%s", before, after)
 	}
@@ -674,8 +664,8 @@ func afterSync(t *testing.T, c *harness.CoreDNS, ns, slice string) {
 	synced := counter(t, c, syncedOK)
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.globaldns.io/marker":"%d"}}}`, time.Now().UnixNano())
 	_, err := client().DiscoveryV1().EndpointSlices(ns).Patch(ctx, slice, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	must(t, err)
-	eventually(t, "a sync after the marker", func() error {
+	testkit.Must(t, err)
+	harness.Eventually(t, "a sync after the marker", func() error {
 		if n := counter(t, c, syncedOK); n <= synced {
 			return fmt.Errorf("%v successful syncs, want more than %v", n, synced)
 		}
@@ -686,7 +676,7 @@ func afterSync(t *testing.T, c *harness.CoreDNS, ns, slice string) {
 // harnessIP returns the ClusterIP of a per-pod mirror Service.
 func harnessIP(t *testing.T, ns, name string) string {
 	svc, err := client().CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	return svc.Spec.ClusterIP
 }
 
@@ -697,12 +687,12 @@ func TestWriterHandover(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	_, err := harness.CreateMirror(ctx, client(), mirror(ns, "west", true))
-	must(t, err)
+	testkit.Must(t, err)
 	tmpl := fmt.Sprintf(writerCorefile, ns)
 	a, b := harness.StartCoreDNS(t, cp, tmpl), harness.StartCoreDNS(t, cp, tmpl)
 
 	converged := func(want int) {
-		eventually(t, fmt.Sprintf("west's slice with %d endpoints", want), func() error {
+		harness.Eventually(t, fmt.Sprintf("west's slice with %d endpoints", want), func() error {
 			if _, sl := written(t, ns); len(sl["foo-global-west-ipv4-0"].Endpoints) != want {
 				return fmt.Errorf("slices:\n%s", describeAll(sl))
 			}
@@ -722,7 +712,7 @@ func TestWriterHandover(t *testing.T) {
 	killed := time.Now()
 	first.Kill()
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	if waitLeader(t, survivor) != survivor {
 		t.Fatal("the survivor did not take the lease")
 	}
@@ -734,27 +724,27 @@ func TestWriterHandover(t *testing.T) {
 
 	// Graceful: a third replica, then SIGTERM the leader; it releases the lease on the way out.
 	third := harness.StartCoreDNS(t, cp, tmpl)
-	if metric(t, third, "coredns_global_leader") == "1" {
+	if third.Metric(t, "coredns_global_leader") == "1" {
 		t.Fatal("a new replica took a held lease")
 	}
 	load = dnsLoad(third, "foo."+ns+".global.")
 	stopped := time.Now()
-	must(t, survivor.Signal(syscall.SIGTERM))
+	testkit.Must(t, survivor.Signal(syscall.SIGTERM))
 	waitLeader(t, third)
 	t.Logf("after SIGTERM the third replica led in %v", time.Since(stopped).Round(100*time.Millisecond))
-	eventually(t, "the new leader's first sync", func() error {
-		if metric(t, third, `coredns_global_writer_syncs_total{result="success"}`) == "" {
+	harness.Eventually(t, "the new leader's first sync", func() error {
+		if third.Metric(t, `coredns_global_writer_syncs_total{result="success"}`) == "" {
 			return fmt.Errorf("no sync yet")
 		}
 		return nil
 	})
 	for _, op := range []string{"create", "update", "delete"} { // nothing changed while it took over
-		if v := metric(t, third, `coredns_global_endpointslice_changes_total{operation="`+op+`"}`); v != "" {
+		if v := third.Metric(t, `coredns_global_endpointslice_changes_total{operation="`+op+`"}`); v != "" {
 			t.Errorf("a leader change with nothing changed: %s %s writes", v, op)
 		}
 	}
 	_, err = harness.UpdateMirror(ctx, client(), mirror(ns, "west", true, true, true))
-	must(t, err)
+	testkit.Must(t, err)
 	converged(3)
 	if sent, failed := load(); failed != 0 || sent == 0 {
 		t.Errorf("graceful handover: %d of %d queries to the new leader failed", failed, sent)
@@ -800,7 +790,7 @@ func TestWriterTerminatingNamespace(t *testing.T) {
 	ns, leases := namespace(t), namespace(t) // the lease must outlive ns
 	m := mirror(ns, "west", true)
 	_, err := harness.CreateMirror(ctx, client(), m)
-	must(t, err)
+	testkit.Must(t, err)
 	const hold = "test.globaldns.io/hold"
 	setFinalizers := func(f ...string) {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -812,14 +802,14 @@ func TestWriterTerminatingNamespace(t *testing.T) {
 			_, err = client().CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
 			return err
 		})
-		must(t, err)
+		testkit.Must(t, err)
 	}
 	setFinalizers(hold)
 	t.Cleanup(func() { setFinalizers() }) // let the namespace go
 
 	corefile := strings.Replace(fmt.Sprintf(writerCorefile, ns), "lease "+ns+" writer", "lease "+leases+" writer", 1)
 	c := harness.StartCoreDNS(t, cp, corefile)
-	eventually(t, "the written Service", func() error {
+	harness.Eventually(t, "the written Service", func() error {
 		if svc, sl := written(t, ns); svc == nil || len(sl) != 1 {
 			return fmt.Errorf("service %v, %d slices", svc != nil, len(sl))
 		}
@@ -827,14 +817,14 @@ func TestWriterTerminatingNamespace(t *testing.T) {
 	})
 
 	// The namespace controller deletes what it can, our Service included; the mirror stays.
-	must(t, client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
-	eventually(t, "the global service dropped", func() error {
-		if v := metric(t, c, `coredns_global_writer_syncs_total{result="terminating"}`); v == "" {
-			return fmt.Errorf("not dropped; errors %q", metric(t, c, `coredns_global_writer_syncs_total{result="error"}`))
+	testkit.Must(t, client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}))
+	harness.Eventually(t, "the global service dropped", func() error {
+		if v := c.Metric(t, `coredns_global_writer_syncs_total{result="terminating"}`); v == "" {
+			return fmt.Errorf("not dropped; errors %q", c.Metric(t, `coredns_global_writer_syncs_total{result="error"}`))
 		}
 		return nil
 	})
-	if v := metric(t, c, `coredns_global_writer_syncs_total{result="error"}`); v != "" {
+	if v := c.Metric(t, `coredns_global_writer_syncs_total{result="error"}`); v != "" {
 		t.Errorf("%s syncs failed in a terminating namespace", v)
 	}
 	logs := c.Logs()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/miekg/dns"
 )
@@ -43,9 +44,9 @@ func TestZonalNamesAsKubernetes(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
 	for _, n := range []harness.Node{{Name: ns + "-a", Zone: "za", Region: "r1"}, {Name: ns + "-b", Zone: "zb", Region: "r1"}} {
-		must(t, harness.CreateNode(ctx, client(), n))
+		testkit.Must(t, harness.CreateNode(ctx, client(), n))
 	}
-	must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "zz", Ports: dbPorts, Pods: []harness.Pod{
+	testkit.Must(t, harness.CreateStatefulSet(ctx, client(), harness.StatefulSet{Namespace: ns, Service: "zz", Ports: dbPorts, Pods: []harness.Pod{
 		{Name: "zz-0", Node: ns + "-a", IP: "10.66.1.10", Ready: true},
 		{Name: "zz-1", Node: ns + "-a", IP: "10.66.1.11", Ready: true},
 		{Name: "zz-2", Node: ns + "-b", IP: "10.66.2.10", Ready: true},
@@ -105,5 +106,5 @@ func zonalRecords(m *dns.Msg) []string {
 // eventuallyExpectAnyOrder waits until expectAnyOrder holds.
 func eventuallyExpectAnyOrder(t *testing.T, c *harness.CoreDNS, qname string, qtype uint16, rcode int, answer ...string) {
 	t.Helper()
-	eventually(t, "answer", func() error { return expectAnyOrder(t, c, qname, qtype, rcode, answer...) })
+	harness.Eventually(t, "answer", func() error { return expectAnyOrder(t, c, qname, qtype, rcode, answer...) })
 }

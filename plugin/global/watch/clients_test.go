@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/globaldns/global/test/testkit"
 )
 
 func testNode(name string, addrs []string, cidrs ...string) *corev1.Node {
@@ -50,36 +52,30 @@ func locatedAt(c *Clients, p string) (string, int) {
 func TestPodIPReused(t *testing.T) {
 	c := clientsOf([]*corev1.Node{testNode("n1", nil, "10.244.1.0/24"), testNode("n2", nil, "10.244.2.0/24")}, true)
 	tab := c.pods
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 	at := func(ip string) string {
 		n, _ := locatedAt(c, ip+"/32")
 		return n
 	}
-	must(tab.Replace([]any{testPod("a", "old", "n1", "10.244.1.7")}, "1"))
-	must(tab.Update(terminating(testPod("a", "old", "n1", "10.244.1.7"))))
-	must(tab.Add(testPod("a", "new", "n2", "10.244.1.7")))
+	testkit.Must(t, tab.Replace([]any{testPod("a", "old", "n1", "10.244.1.7")}, "1"))
+	testkit.Must(t, tab.Update(terminating(testPod("a", "old", "n1", "10.244.1.7"))))
+	testkit.Must(t, tab.Add(testPod("a", "new", "n2", "10.244.1.7")))
 	if got := at("10.244.1.7"); got != "n2" {
 		t.Errorf("the new Pod's IP, the old one terminating: %q", got)
 	}
-	must(tab.Update(terminating(testPod("a", "old", "n1", "10.244.1.7")))) // the old Pod's next update
+	testkit.Must(t, tab.Update(terminating(testPod("a", "old", "n1", "10.244.1.7")))) // the old Pod's next update
 	if got := at("10.244.1.7"); got != "n2" {
 		t.Errorf("after the old Pod's update: %q", got)
 	}
-	must(tab.Delete(testPod("a", "old", "n1", "10.244.1.7")))
+	testkit.Must(t, tab.Delete(testPod("a", "old", "n1", "10.244.1.7")))
 	if got := at("10.244.1.7"); got != "n2" {
 		t.Errorf("after the old Pod is gone: %q", got)
 	}
 	// Two running Pods on two nodes with one IP: neither.
-	must(tab.Add(testPod("a", "twin", "n1", "10.244.1.7")))
+	testkit.Must(t, tab.Add(testPod("a", "twin", "n1", "10.244.1.7")))
 	if got, bits := locatedAt(c, "10.244.1.7/32"); got != "" {
 		t.Errorf("an IP two running Pods claim: %q /%d", got, bits)
 	}
-	must(tab.Delete(testPod("a", "twin", "n1", "10.244.1.7")))
+	testkit.Must(t, tab.Delete(testPod("a", "twin", "n1", "10.244.1.7")))
 	if got := at("10.244.1.7"); got != "n2" {
 		t.Errorf("after the twin is gone: %q", got)
 	}

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/globaldns/global/test/testkit"
 )
 
 func testPod(ns, name, node string, ips ...string) *corev1.Pod {
@@ -28,28 +30,22 @@ func TestPodTable(t *testing.T) {
 		n, _ := tab.node(netip.MustParseAddr(ip))
 		return n
 	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(tab.Replace([]any{testPod("a", "p0", "n1", "10.0.0.1", "fd00::1"), testPod("a", "p1", "n2")}, "1"))
+	testkit.Must(t, tab.Replace([]any{testPod("a", "p0", "n1", "10.0.0.1", "fd00::1"), testPod("a", "p1", "n2")}, "1"))
 	if nodeOf("10.0.0.1") != "n1" || nodeOf("fd00::1") != "n1" {
 		t.Errorf("after the list: %q %q", nodeOf("10.0.0.1"), nodeOf("fd00::1"))
 	}
-	must(tab.Update(testPod("a", "p1", "n2", "10.0.0.2"))) // its IP assigned
+	testkit.Must(t, tab.Update(testPod("a", "p1", "n2", "10.0.0.2"))) // its IP assigned
 	if nodeOf("10.0.0.2") != "n2" {
 		t.Errorf("assigned IP: %q", nodeOf("10.0.0.2"))
 	}
 	// p0 goes; its IP is taken by p2 before p0's deletion arrives.
-	must(tab.Add(testPod("b", "p2", "n3", "10.0.0.1")))
-	must(tab.Delete(cache.DeletedFinalStateUnknown{Key: "a/p0", Obj: testPod("a", "p0", "n1", "10.0.0.1", "fd00::1")}))
+	testkit.Must(t, tab.Add(testPod("b", "p2", "n3", "10.0.0.1")))
+	testkit.Must(t, tab.Delete(cache.DeletedFinalStateUnknown{Key: "a/p0", Obj: testPod("a", "p0", "n1", "10.0.0.1", "fd00::1")}))
 	if nodeOf("10.0.0.1") != "n3" || nodeOf("fd00::1") != "" {
 		t.Errorf("an IP passed on: %q, the deleted pod's other: %q", nodeOf("10.0.0.1"), nodeOf("fd00::1"))
 	}
 	// A relist holds what is listed, nothing else.
-	must(tab.Replace([]any{testPod("a", "p1", "n2", "10.0.0.2")}, "2"))
+	testkit.Must(t, tab.Replace([]any{testPod("a", "p1", "n2", "10.0.0.2")}, "2"))
 	if nodeOf("10.0.0.1") != "" || nodeOf("10.0.0.2") != "n2" {
 		t.Errorf("after a relist: %q %q", nodeOf("10.0.0.1"), nodeOf("10.0.0.2"))
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -95,14 +96,14 @@ func TestStatePodMirrors(t *testing.T) {
 	}
 
 	// A per-pod slice first, then the headless mirror, then the per-pod Service.
-	must(t, podSlices.Add(podSliceObj("foo-0-west-abcde", "foo-0-west", true, "1")))
+	testkit.Must(t, podSlices.Add(podSliceObj("foo-0-west-abcde", "foo-0-west", true, "1")))
 	if got := rec.take(); len(got) != 0 {
 		t.Errorf("a per-pod slice of an unknown mirror notified %v", got)
 	}
 	headless := mirrorService("foo-west", func(s *corev1.Service) { s.ResourceVersion = "1" })
-	must(t, services.Add(headless))
-	must(t, mirrorSlices.Add(mirrorSlice("foo-west-1", "foo-west", "10.96.0.10")))
-	must(t, services.Add(podService("foo-0-west", "10.96.0.10", "2")))
+	testkit.Must(t, services.Add(headless))
+	testkit.Must(t, mirrorSlices.Add(mirrorSlice("foo-west-1", "foo-west", "10.96.0.10")))
+	testkit.Must(t, services.Add(podService("foo-0-west", "10.96.0.10", "2")))
 	if got := liveness(); got != "[{10.96.0.10 true}]" {
 		t.Errorf("liveness %s", got)
 	}
@@ -111,7 +112,7 @@ func TestStatePodMirrors(t *testing.T) {
 	}
 
 	// The gateway goes down: the slice turns not ready.
-	must(t, podSlices.Update(podSliceObj("foo-0-west-abcde", "foo-0-west", false, "3")))
+	testkit.Must(t, podSlices.Update(podSliceObj("foo-0-west-abcde", "foo-0-west", false, "3")))
 	if got := liveness(); got != "[{10.96.0.10 false}]" {
 		t.Errorf("gateway down: liveness %s", got)
 	}
@@ -120,28 +121,28 @@ func TestStatePodMirrors(t *testing.T) {
 	}
 
 	// A relist with nothing changed notifies nothing; relists of the other namespace touch nothing here.
-	must(t, podSlices.Replace([]any{podSliceObj("foo-0-west-abcde", "foo-0-west", false, "3")}, "3"))
-	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "2")}, "3"))
-	must(t, otherServices.Replace(nil, "3"))
-	must(t, otherPodSlices.Replace(nil, "3"))
+	testkit.Must(t, podSlices.Replace([]any{podSliceObj("foo-0-west-abcde", "foo-0-west", false, "3")}, "3"))
+	testkit.Must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "2")}, "3"))
+	testkit.Must(t, otherServices.Replace(nil, "3"))
+	testkit.Must(t, otherPodSlices.Replace(nil, "3"))
 	if got := rec.take(); len(got) != 0 {
 		t.Errorf("unchanged relists notified %v", got)
 	}
 	// Per-pod mirrors keep no version: new versions of the same content change nothing either.
-	must(t, podSlices.Replace([]any{podSliceObj("foo-0-west-abcde", "foo-0-west", false, "7")}, "7"))
-	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "7")}, "7"))
+	testkit.Must(t, podSlices.Replace([]any{podSliceObj("foo-0-west-abcde", "foo-0-west", false, "7")}, "7"))
+	testkit.Must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "7")}, "7"))
 	if got := rec.take(); len(got) != 0 {
 		t.Errorf("relists of new versions of the same per-pod mirror notified %v", got)
 	}
 	// A new address of the per-pod mirror is a change.
-	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.11", "8")}, "8"))
+	testkit.Must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.11", "8")}, "8"))
 	if got := liveness(); got != "[{10.96.0.11 false}]" {
 		t.Errorf("new address: liveness %s", got)
 	}
 	if got := rec.take(); !slices.Equal(got, []index.Key{foo}) {
 		t.Errorf("new address notified %v", got)
 	}
-	must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "9")}, "9"))
+	testkit.Must(t, services.Replace([]any{headless.DeepCopy(), podService("foo-0-west", "10.96.0.10", "9")}, "9"))
 	rec.take()
 	if got := liveness(); got != "[{10.96.0.10 false}]" {
 		t.Errorf("after relists: liveness %s", got)
@@ -150,12 +151,12 @@ func TestStatePodMirrors(t *testing.T) {
 	// A relist without the slice deletes it: a per-pod mirror without a slice tells nothing, as
 	// before kube-controller-manager mirrors a new one's Endpoints; the record's own readiness
 	// stands.
-	must(t, podSlices.Replace(nil, "4"))
+	testkit.Must(t, podSlices.Replace(nil, "4"))
 	if got := liveness(); got != "[]" {
 		t.Errorf("no slice: liveness %s", got)
 	}
 	// The per-pod Service goes: no liveness at all, and nothing is left of it.
-	must(t, services.Delete(podService("foo-0-west", "10.96.0.10", "2")))
+	testkit.Must(t, services.Delete(podService("foo-0-west", "10.96.0.10", "2")))
 	if got := liveness(); got != "[]" {
 		t.Errorf("no per-pod mirror: liveness %s", got)
 	}
@@ -173,18 +174,18 @@ func TestPodMirrorGenerations(t *testing.T) {
 		t.Fatal(err)
 	}
 	services, podSlices, mirrorSlices := stores(w, "db")
-	must(t, services.Add(mirrorService("foo-west", nil)))
-	must(t, mirrorSlices.Add(mirrorSlice("foo-west-1", "foo-west", "10.96.0.10")))
-	must(t, services.Add(mirrorService("bar-west", func(s *corev1.Service) {
+	testkit.Must(t, services.Add(mirrorService("foo-west", nil)))
+	testkit.Must(t, mirrorSlices.Add(mirrorSlice("foo-west-1", "foo-west", "10.96.0.10")))
+	testkit.Must(t, services.Add(mirrorService("bar-west", func(s *corev1.Service) {
 		s.Annotations[AnnotationRemoteFQName] = "bar.db.svc.cluster.local"
 	})))
 	barPod := podService("bar-0-west", "10.96.0.20", "1")
 	barPod.Labels[LabelHeadlessMirror] = "bar-west"
 	barSlice := podSliceObj("bar-0-west-abcde", "bar-0-west", true, "1")
 	barSlice.Labels[LabelHeadlessMirror] = "bar-west"
-	must(t, services.Add(podService("foo-0-west", "10.96.0.10", "1")))
-	must(t, services.Add(podService("foo-1-west", "10.96.0.12", "1")))
-	must(t, podSlices.Add(podSliceObj("foo-0-west-abcde", "foo-0-west", true, "1")))
+	testkit.Must(t, services.Add(podService("foo-0-west", "10.96.0.10", "1")))
+	testkit.Must(t, services.Add(podService("foo-1-west", "10.96.0.12", "1")))
+	testkit.Must(t, podSlices.Add(podSliceObj("foo-0-west-abcde", "foo-0-west", true, "1")))
 
 	gen := func(name string) uint64 {
 		return w.PodMirrorGeneration(w.Members(index.Key{Namespace: "db", Name: name})[0])
@@ -204,7 +205,7 @@ func TestPodMirrorGenerations(t *testing.T) {
 		{"foo-1-west goes, foo-0-west stays", func() error { return services.Delete(podService("foo-1-west", "10.96.0.12", "1")) }, true, false},
 	} {
 		fooGen, barGen, before := gen("foo"), gen("bar"), live()
-		must(t, step.write())
+		testkit.Must(t, step.write())
 		if after := live(); (after != before) != step.live {
 			t.Fatalf("%s: foo's liveness %s, was %s", step.what, after, before)
 		}
@@ -214,13 +215,6 @@ func TestPodMirrorGenerations(t *testing.T) {
 		if !step.foo && gen("bar") == barGen {
 			t.Errorf("%s: bar's generation did not change", step.what)
 		}
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -244,9 +238,9 @@ func TestProblemsReportedOncePerObject(t *testing.T) {
 	}
 
 	for v := range 5 {
-		must(t, services.Update(unlabelled(fmt.Sprint(v+1))))
+		testkit.Must(t, services.Update(unlabelled(fmt.Sprint(v+1))))
 	}
-	must(t, services.Replace([]any{unlabelled("6")}, "6"))
+	testkit.Must(t, services.Replace([]any{unlabelled("6")}, "6"))
 	if n := counted(ReasonNoClusterLabel) - noLabel; n != 1 {
 		t.Errorf("5 updates and a relist of one bad object counted %v times", n)
 	}
@@ -255,27 +249,27 @@ func TestProblemsReportedOncePerObject(t *testing.T) {
 	}
 
 	// Another problem is reported; fixing it clears the gauge.
-	must(t, services.Update(mirrorService("foo-west", func(s *corev1.Service) { s.Labels[LabelClusterName] = "a.b" })))
+	testkit.Must(t, services.Update(mirrorService("foo-west", func(s *corev1.Service) { s.Labels[LabelClusterName] = "a.b" })))
 	if n := counted(ReasonBadClusterName) - badName; n != 1 {
 		t.Errorf("a new problem counted %v times", n)
 	}
-	must(t, services.Update(mirrorService("foo-west", nil)))
+	testkit.Must(t, services.Update(mirrorService("foo-west", nil)))
 	if g := gauge() - startGauge; g != 0 {
 		t.Errorf("fixed, objects with problems: %v", g)
 	}
 
 	// Broken again: reported again; then gone from a relist: forgotten.
-	must(t, services.Update(unlabelled("9")))
+	testkit.Must(t, services.Update(unlabelled("9")))
 	if n := counted(ReasonNoClusterLabel) - noLabel; n != 2 {
 		t.Errorf("broken again: counted %v times in all", n)
 	}
-	must(t, services.Replace(nil, "10"))
+	testkit.Must(t, services.Replace(nil, "10"))
 	if g := gauge() - startGauge; g != 0 {
 		t.Errorf("relisted without it, objects with problems: %v", g)
 	}
 	// And a deleted one too.
-	must(t, services.Update(unlabelled("11")))
-	must(t, services.Delete(unlabelled("11")))
+	testkit.Must(t, services.Update(unlabelled("11")))
+	testkit.Must(t, services.Delete(unlabelled("11")))
 	if g := gauge() - startGauge; g != 0 {
 		t.Errorf("deleted, objects with problems: %v", g)
 	}
@@ -289,9 +283,9 @@ func TestSliceUpdateKeepsItsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	services, _, mirrorSlices := stores(w, "db")
-	must(t, services.Add(mirrorService("foo-west", nil)))
+	testkit.Must(t, services.Add(mirrorService("foo-west", nil)))
 	for i := range 5 {
-		must(t, mirrorSlices.Add(mirrorSlice(fmt.Sprintf("foo-west-%d", i), "foo-west", fmt.Sprintf("10.96.0.%d", i))))
+		testkit.Must(t, mirrorSlices.Add(mirrorSlice(fmt.Sprintf("foo-west-%d", i), "foo-west", fmt.Sprintf("10.96.0.%d", i))))
 	}
 	m := w.Members(index.Key{Namespace: "db", Name: "foo"})[0]
 	addrs := func() []string {
@@ -303,7 +297,7 @@ func TestSliceUpdateKeepsItsPlace(t *testing.T) {
 	}
 	before := addrs()
 	for _, i := range []int{1, 0, 4} { // one of more, the first (kept apart), the last
-		must(t, mirrorSlices.Update(mirrorSlice(fmt.Sprintf("foo-west-%d", i), "foo-west", fmt.Sprintf("10.96.1.%d", i))))
+		testkit.Must(t, mirrorSlices.Update(mirrorSlice(fmt.Sprintf("foo-west-%d", i), "foo-west", fmt.Sprintf("10.96.1.%d", i))))
 		at := slices.Index(before, fmt.Sprintf("10.96.0.%d", i))
 		before[at] = fmt.Sprintf("10.96.1.%d", i)
 		if got := addrs(); !slices.Equal(got, before) {
@@ -311,12 +305,12 @@ func TestSliceUpdateKeepsItsPlace(t *testing.T) {
 		}
 	}
 	// Moved to another Service: gone from this one's list.
-	must(t, mirrorSlices.Update(mirrorSlice("foo-west-2", "bar-west", "10.96.1.2")))
+	testkit.Must(t, mirrorSlices.Update(mirrorSlice("foo-west-2", "bar-west", "10.96.1.2")))
 	if got := addrs(); len(got) != 4 || slices.Contains(got, "10.96.0.2") {
 		t.Fatalf("slice moved away: %v", got)
 	}
 	// The first one deleted: another takes its place, and is listed once.
-	must(t, mirrorSlices.Delete(mirrorSlice("foo-west-0", "foo-west", "10.96.1.0")))
+	testkit.Must(t, mirrorSlices.Delete(mirrorSlice("foo-west-0", "foo-west", "10.96.1.0")))
 	got := addrs()
 	slices.Sort(got)
 	if want := []string{"10.96.0.3", "10.96.1.1", "10.96.1.4"}; !slices.Equal(got, want) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
+	"github.com/globaldns/global/test/testkit"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -37,14 +38,14 @@ func TestReconcilerCarriesMeshConfig(t *testing.T) {
 	sync := func() int {
 		t.Helper()
 		before := writes(client)
-		must(t, r.sync(ctx, k, s))
+		testkit.Must(t, r.sync(ctx, k, s))
 		echo(t, r, client, false)
 		return writes(client) - before
 	}
 	check := func(opaque, identity string) {
 		t.Helper()
 		svc, err := client.CoreV1().Services("db").Get(ctx, "foo-global", metav1.GetOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 		want := map[string]string{index.AnnotationOpaquePorts: opaque}
 		if opaque == "" {
 			want = nil
@@ -53,12 +54,12 @@ func TestReconcilerCarriesMeshConfig(t *testing.T) {
 			t.Errorf("Service annotations %v, want %v", svc.Annotations, want)
 		}
 		east, err := client.DiscoveryV1().EndpointSlices("db").Get(ctx, "foo-global-east-ipv4-0", metav1.GetOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 		if _, ok := east.Labels["mirror.linkerd.io/cluster-name"]; ok || len(east.Annotations) != 0 {
 			t.Errorf("this cluster's slice: labels %v, annotations %v", east.Labels, east.Annotations)
 		}
 		es, err := client.DiscoveryV1().EndpointSlices("db").Get(ctx, "foo-global-west-ipv4-0", metav1.GetOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 		want = map[string]string{index.AnnotationGatewayIdentity: identity, index.AnnotationRemoteFQName: "foo.db.svc.cluster.local", "example.com/x": "kept"}
 		if _, edited := es.Annotations["example.com/x"]; !edited {
 			delete(want, "example.com/x")
@@ -78,10 +79,10 @@ func TestReconcilerCarriesMeshConfig(t *testing.T) {
 	// Someone annotates our slice: it stays; then west is linked anew, and the owner changes the
 	// opaque ports.
 	es, err := client.DiscoveryV1().EndpointSlices("db").Get(ctx, "foo-global-west-ipv4-0", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	es.Annotations["example.com/x"] = "kept"
 	_, err = client.DiscoveryV1().EndpointSlices("db").Update(ctx, es, metav1.UpdateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	echo(t, r, client, false)
 	if n := sync(); n != 0 {
 		t.Errorf("%d writes after a foreign annotation", n)

@@ -12,6 +12,7 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 	"github.com/globaldns/global/plugin/global/telemetry"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -50,12 +51,12 @@ func TestOwnerReferencesOnCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc, err := client.CoreV1().Services("db").Get(ctx, "foo-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if !ownersUpToDate(svc.OwnerReferences, ownerRefsOf("u1")) || svc.OwnerReferences[0].Controller != nil || svc.OwnerReferences[0].BlockOwnerDeletion != nil {
 		t.Errorf("the Service's owners %+v, want %+v", svc.OwnerReferences, ownerRefsOf("u1"))
 	}
 	es, err := client.DiscoveryV1().EndpointSlices("db").Get(ctx, "foo-global-west-ipv4-0", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if len(es.OwnerReferences) != 1 || es.OwnerReferences[0].Kind != "Service" || es.OwnerReferences[0].Name != "foo-global" {
 		t.Errorf("the slice's owners %+v, want its Service", es.OwnerReferences)
 	}
@@ -88,13 +89,13 @@ func TestOwnerMissingWritesNothing(t *testing.T) {
 	}
 
 	_, err = client.RbacV1().ClusterRoles().Create(ctx, ownerRole("u2"), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	r.owners.fetched = time.Now().Add(-ownerRefresh) // the refresh is due
 	if err := r.sync(ctx, s.Key, s); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := client.CoreV1().Services("db").Get(ctx, "foo-global", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if !ownersUpToDate(svc.OwnerReferences, ownerRefsOf("u2")) {
 		t.Errorf("the Service's owners %+v", svc.OwnerReferences)
 	}
@@ -153,7 +154,7 @@ func TestOwnerReferencesFollowTheOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 		svc, err := client.CoreV1().Services("db").Get(ctx, "foo-global", metav1.GetOptions{})
-		must(t, err)
+		testkit.Must(t, err)
 		want := ownerRefsOf("new")
 		if owner == nil {
 			want = ownerRefsOf("old")
@@ -165,13 +166,13 @@ func TestOwnerReferencesFollowTheOwner(t *testing.T) {
 
 	r, mcs := newMCSReconciler(t)
 	_, err := r.client.RbacV1().ClusterRoles().Create(ctx, ownerRole("u3"), metav1.CreateOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	r.cfg.GCOwner = testGCOwner
 	if err := r.sync(ctx, s.Key, s); err != nil {
 		t.Fatal(err)
 	}
 	si, err := mcs.MulticlusterV1alpha1().ServiceImports("db").Get(ctx, "foo", metav1.GetOptions{})
-	must(t, err)
+	testkit.Must(t, err)
 	if !ownersUpToDate(si.OwnerReferences, ownerRefsOf("u3")) {
 		t.Errorf("the ServiceImport's owners %+v", si.OwnerReferences)
 	}

@@ -1,4 +1,4 @@
-package global
+package code
 
 import (
 	"go/ast"
@@ -10,22 +10,37 @@ import (
 	"testing"
 )
 
-// layers are the files of this package from the top down: the plugin (its setup, the Corefile's
-// options, ServeDNS, the plugin's fields and lifecycle, who asks), the selection of what a name
-// answers, its rendering as records and as an explanation, the selection itself, and names. A file uses names of its own layer and of those below it only, so
-// a query is followed one way down, as in CoreDNS's k8s_external.
-var layers = [][]string{
-	{"setup.go"}, {"config.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
-	{"selector.go"},
-	{"explain.go"}, {"records.go", "answerlists.go"},
-	{"selection.go"},
-	{"names.go"},
+// layered are packages whose files are layers, from the top down: a file uses names of its own
+// layer and of those below it only, so that a reader follows one way down.
+var layered = map[string][][]string{
+	// The plugin: its setup, the Corefile's options, ServeDNS, the plugin's fields and lifecycle,
+	// who asks; the selection of what a name answers, its rendering as records and as an
+	// explanation, the selection itself, and names. A query is followed one way down, as in
+	// CoreDNS's k8s_external.
+	"plugin/global": {
+		{"setup.go"}, {"config.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
+		{"selector.go"},
+		{"explain.go"}, {"records.go", "answerlists.go"},
+		{"selection.go"},
+		{"names.go"},
+	},
+	// The random history: a step, the faults and the changes it plays, the checks of the
+	// replicas' answers and of the written objects, the oracle they compare with, and the world.
+	"test/history": {
+		{"history.go"}, {"faults.go"}, {"changes.go"}, {"answers.go", "written.go"}, {"oracle.go"}, {"world.go"},
+	},
 }
 
-// TestLayers checks that no file of the package uses a name defined in a file of a layer above
-// its own: package-level names, and methods and fields called or read by an unexported name
+// TestLayers checks that no file of a layered package uses a name defined in a file of a layer
+// above its own: package-level names, and methods and fields called or read by an unexported name
 // (exported selectors may be any package's: they are not checked).
 func TestLayers(t *testing.T) {
+	for dir, layers := range layered {
+		t.Run(dir, func(t *testing.T) { checkLayers(t, filepath.Join("../..", dir), layers) })
+	}
+}
+
+func checkLayers(t *testing.T, dir string, layers [][]string) {
 	layer := map[string]int{}
 	for i, files := range layers {
 		for _, f := range files {
@@ -34,12 +49,12 @@ func TestLayers(t *testing.T) {
 	}
 	fset := token.NewFileSet()
 	files := map[string]*ast.File{}
-	matches, _ := filepath.Glob("*.go")
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 	for _, path := range matches {
 		if strings.HasSuffix(path, "_test.go") {
 			continue
 		}
-		if _, ok := layer[path]; !ok {
+		if _, ok := layer[filepath.Base(path)]; !ok {
 			t.Errorf("%s is in no layer: add it to layers", path)
 			continue
 		}
@@ -115,7 +130,7 @@ func TestLayers(t *testing.T) {
 			case *ast.Ident:
 				used, from = n.Name, defined[n.Name]
 			}
-			if from != "" && layer[from] < layer[path] {
+			if from != "" && layer[filepath.Base(from)] < layer[filepath.Base(path)] {
 				t.Errorf("%s: %s uses %s, defined in %s above it", fset.Position(n.Pos()), path, used, from)
 			}
 			_, selector := n.(*ast.SelectorExpr)
