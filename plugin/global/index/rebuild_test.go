@@ -22,15 +22,15 @@ func TestRebuildMatchesBuild(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
 			r := newRandomService(rng)
 			topo := indextest.Topology()
-			prev := topo.Build(r.key, r.src)
+			prev := topo.Build(r.Key, r.Src)
 			merged, told := 0, 0
 			var given []*index.Slice // every slice the source ever had
 			for step := range 300 {
 				what := r.change()
-				for _, m := range r.members {
-					given = append(given, r.src.Slices(m)...)
+				for _, m := range r.Members {
+					given = append(given, r.Src.Slices(m)...)
 				}
-				got, want := topo.Rebuild(prev, r.key, r.src), topo.Build(r.key, r.src)
+				got, want := topo.Rebuild(prev, r.Key, r.Src), topo.Build(r.Key, r.Src)
 				if d := index.DiffServices(got, want); d != "" {
 					t.Fatalf("step %d (%s): rebuilt from the previous build, not as built whole: %s", step, what, d)
 				}
@@ -64,18 +64,12 @@ func TestRebuildMatchesBuild(t *testing.T) {
 // randomService is a global service of a few hundred endpoints in slices of up to 40, local and
 // mirrored, that change at random.
 type randomService struct {
-	rng     *rand.Rand
-	src     *indextest.Source
-	key     index.Key
-	members []*index.Member
-	ports   []index.Port
-	next    int           // for addresses and hostnames never used
-	copied  *index.Member // whose last slice holds a copy of an endpoint, gone in the next change
+	*indextest.RandomService
+	copied *index.Member // whose last slice holds a copy of an endpoint, gone in the next change
 }
 
 func newRandomService(rng *rand.Rand) *randomService {
-	r := &randomService{rng: rng, src: indextest.New(), key: index.Key{Namespace: "db", Name: "big"},
-		ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}}
+	r := &randomService{RandomService: indextest.NewRandomService(rng)}
 	for _, cluster := range []string{"", "west", "north"} {
 		r.addMember(cluster)
 	}
@@ -83,94 +77,76 @@ func newRandomService(rng *rand.Rand) *randomService {
 }
 
 func (r *randomService) addMember(cluster string) {
-	name := r.key.Name
-	if cluster != "" {
-		name += "-" + cluster
-	}
-	m := &index.Member{Namespace: r.key.Namespace, Name: name, Origin: index.Origin{Cluster: cluster, Ports: r.ports}}
 	var sls []*index.Slice
 	for range 6 {
 		sls = append(sls, r.slice(30))
 	}
-	r.src.Add(r.key, m, sls...)
-	r.members = append(r.members, m)
-	if cluster != "" {
-		r.pods(m, 0)
-	}
+	r.AddMember(cluster, sls...)
 }
 
 // slice is a new slice of n endpoints, IPv6 one time in five.
 func (r *randomService) slice(n int) *index.Slice {
-	v6 := r.rng.IntN(5) == 0
+	v6 := r.Rand.IntN(5) == 0
 	eps := make([]index.Endpoint, 0, n)
 	for range n {
 		eps = append(eps, r.endpoint(v6))
 	}
-	return indextest.Slice(r.ports, eps...)
+	return indextest.Slice(r.Ports, eps...)
 }
 
+// endpoint is a new endpoint, not ready one time in four (terminating one time in two of those).
 func (r *randomService) endpoint(v6 bool) index.Endpoint {
-	r.next++
-	addr := fmt.Sprintf("10.%d.%d.%d", r.next/65536, r.next/256%256, r.next%256)
-	if v6 {
-		addr = fmt.Sprintf("fd00::%x", r.next)
-	}
-	e := indextest.Endpoint(fmt.Sprintf("p-%d", r.next), addr)
-	if r.rng.IntN(4) == 0 {
+	e := r.Endpoint(v6)
+	if r.Rand.IntN(4) == 0 {
 		e = indextest.NotReady(e)
-		e.Terminating = r.rng.IntN(2) == 0
+		e.Terminating = r.Rand.IntN(2) == 0
 	}
 	return e
-}
-
-// pods sets every per-pod mirror of mirror m, down ones down in a hundred.
-func (r *randomService) pods(m *index.Member, down int) {
-	r.src.SetPodMirrorsOf(m, func() bool { return r.rng.IntN(100) >= down })
 }
 
 // change makes one random change and says what it was.
 func (r *randomService) change() string {
 	if m := r.copied; m != nil { // a rebalancing ends: a service with copies is built whole
 		r.copied = nil
-		if slices.Contains(r.members, m) {
-			sls := r.src.Slices(m)
-			r.src.SetSlices(m, sls[:len(sls)-1]...)
+		if slices.Contains(r.Members, m) {
+			sls := r.Src.Slices(m)
+			r.Src.SetSlices(m, sls[:len(sls)-1]...)
 			return "the copy goes"
 		}
 	}
-	m := r.members[r.rng.IntN(len(r.members))]
-	sls := slices.Clone(r.src.Slices(m))
-	pick := func() int { return r.rng.IntN(len(sls)) }
-	switch op := r.rng.IntN(100); {
+	m := r.Members[r.Rand.IntN(len(r.Members))]
+	sls := slices.Clone(r.Src.Slices(m))
+	pick := func() int { return r.Rand.IntN(len(sls)) }
+	switch op := r.Rand.IntN(100); {
 	case op < 45 && len(sls) > 0: // one endpoint's readiness flips: the common change
 		i := pick()
 		sl := *sls[i]
 		sl.Endpoints = slices.Clone(sl.Endpoints)
-		e := &sl.Endpoints[r.rng.IntN(len(sl.Endpoints))]
+		e := &sl.Endpoints[r.Rand.IntN(len(sl.Endpoints))]
 		e.Ready, e.Serving = !e.Ready, !e.Ready
 		sls[i] = &sl
-		r.src.SetSlices(m, sls...)
+		r.Src.SetSlices(m, sls...)
 		return "readiness flip"
 	case op < 60 && len(sls) > 0: // endpoints come and go in one slice
 		i := pick()
 		sl := *sls[i]
 		sl.Endpoints = slices.Clone(sl.Endpoints)
-		if len(sl.Endpoints) > 1 && r.rng.IntN(2) == 0 {
+		if len(sl.Endpoints) > 1 && r.Rand.IntN(2) == 0 {
 			sl.Endpoints = slices.Delete(sl.Endpoints, 0, 1)
 		} else {
 			sl.Endpoints = append(sl.Endpoints, r.endpoint(sl.Family == index.IPv6))
 		}
 		sls[i] = &sl
-		r.src.SetSlices(m, sls...)
+		r.Src.SetSlices(m, sls...)
 		return "endpoints come and go"
 	case op < 65 && len(sls) > 0: // a copy of another slice's endpoint, ready or not (rebalancing)
 		from := sls[pick()]
-		e := from.Endpoints[r.rng.IntN(len(from.Endpoints))]
-		if r.rng.IntN(2) == 0 {
+		e := from.Endpoints[r.Rand.IntN(len(from.Endpoints))]
+		if r.Rand.IntN(2) == 0 {
 			e = indextest.NotReady(e)
 		}
 		sls = append(sls, &index.Slice{Family: from.Family, Ports: from.Ports, Endpoints: []index.Endpoint{e}})
-		r.src.SetSlices(m, sls...)
+		r.Src.SetSlices(m, sls...)
 		r.copied = m
 		return "a copy of an endpoint"
 	case op < 72 && len(sls) > 0: // a second address under a hostname: a duplicate hostname
@@ -179,54 +155,54 @@ func (r *randomService) change() string {
 		e.Host = from.Endpoints[0].Host
 		e.Ready, e.Serving = true, true
 		sls = append(sls, &index.Slice{Family: from.Family, Ports: from.Ports, Endpoints: []index.Endpoint{e}})
-		r.src.SetSlices(m, sls...)
+		r.Src.SetSlices(m, sls...)
 		return "a duplicate hostname"
 	case op < 74 && m.Local() && len(sls) > 0: // a local slice's port changes: its records' ports
 		i := pick()
 		sl := *sls[i]
 		sl.Ports = []index.Port{{Name: "db", Port: sl.Ports[0].Port + 1, Protocol: "TCP"}}
 		sls[i] = &sl
-		r.src.SetSlices(m, sls...)
+		r.Src.SetSlices(m, sls...)
 		return "a port changes"
 	case op < 80 && len(sls) > 1: // a slice goes
 		i := pick()
-		r.src.SetSlices(m, slices.Delete(sls, i, i+1)...)
+		r.Src.SetSlices(m, slices.Delete(sls, i, i+1)...)
 		return "a slice goes"
 	case op < 84 && len(sls) > 2: // the source lists them in another order
-		r.rng.Shuffle(len(sls), func(i, j int) { sls[i], sls[j] = sls[j], sls[i] })
-		r.src.SetSlices(m, sls...)
+		r.Rand.Shuffle(len(sls), func(i, j int) { sls[i], sls[j] = sls[j], sls[i] })
+		r.Src.SetSlices(m, sls...)
 		return "another order"
 	case op < 88: // a slice comes
-		r.src.SetSlices(m, append(sls, r.slice(1+r.rng.IntN(30)))...)
+		r.Src.SetSlices(m, append(sls, r.slice(1+r.Rand.IntN(30)))...)
 		return "a slice comes"
 	case op < 91 && !m.Local(): // the gateway: per-pod mirrors go down or up
-		r.pods(m, []int{0, 50, 100}[r.rng.IntN(3)])
+		r.PodMirrors(m, []int{0, 50, 100}[r.Rand.IntN(3)])
 		return "per-pod mirrors"
-	case op < 94 && !m.Local() && len(r.src.PodMirrors(m)) > 0: // one per-pod mirror flips
-		pods := r.src.PodMirrors(m)
-		p := &pods[r.rng.IntN(len(pods))]
+	case op < 94 && !m.Local() && len(r.Src.PodMirrors(m)) > 0: // one per-pod mirror flips
+		pods := r.Src.PodMirrors(m)
+		p := &pods[r.Rand.IntN(len(pods))]
 		p.Ready = !p.Ready
-		r.src.SetPodMirrors(m, pods...)
+		r.Src.SetPodMirrors(m, pods...)
 		return "one per-pod mirror"
 	case op < 95 && !m.Local() && len(sls) > 0: // a mirror slice's addresses without hostname, or its annotations
 		i := pick()
 		sl := *sls[i]
-		if r.rng.IntN(2) == 0 {
-			sl.Unnamed = int32(r.rng.IntN(3))
+		if r.Rand.IntN(2) == 0 {
+			sl.Unnamed = int32(r.Rand.IntN(3))
 		} else {
-			sl.Annotations = &index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: fmt.Sprint("gateway-", r.rng.IntN(3))}}
+			sl.Annotations = &index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: fmt.Sprint("gateway-", r.Rand.IntN(3))}}
 		}
 		sls[i] = &sl
-		r.src.SetSlices(m, sls...)
+		r.Src.SetSlices(m, sls...)
 		return "a mirror slice's unnamed addresses or annotations"
-	case op < 96 && len(r.members) > 2: // a member goes (two stay: the service stays big enough to merge)
-		i := r.rng.IntN(len(r.members))
-		r.src.Remove(r.key, r.members[i])
-		r.members = slices.Delete(r.members, i, i+1)
+	case op < 96 && len(r.Members) > 2: // a member goes (two stay: the service stays big enough to merge)
+		i := r.Rand.IntN(len(r.Members))
+		r.Src.Remove(r.Key, r.Members[i])
+		r.Members = slices.Delete(r.Members, i, i+1)
 		return "a member goes"
 	default: // a member comes (or comes back), with its own slices
 		for _, c := range []string{"", "west", "north", "south"} {
-			if !slices.ContainsFunc(r.members, func(m *index.Member) bool { return m.Cluster == c }) {
+			if !slices.ContainsFunc(r.Members, func(m *index.Member) bool { return m.Cluster == c }) {
 				r.addMember(c)
 				return "a member comes"
 			}
@@ -330,41 +306,41 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 func TestRebuildMergesPodMirrorChanges(t *testing.T) {
 	r := newRandomService(rand.New(rand.NewPCG(9, 9)))
 	other := index.Key{Namespace: "db", Name: "other"}
-	om := r.src.Add(other, &index.Member{Namespace: "db", Name: "other-west", Origin: index.Origin{Cluster: "west", Ports: r.ports}},
-		indextest.Slice(r.ports, indextest.Endpoint("o-0", "10.200.0.1")))
+	om := r.Src.Add(other, &index.Member{Namespace: "db", Name: "other-west", Origin: index.Origin{Cluster: "west", Ports: r.Ports}},
+		indextest.Slice(r.Ports, indextest.Endpoint("o-0", "10.200.0.1")))
 	topo := indextest.Topology()
-	prev := topo.Build(r.key, r.src)
+	prev := topo.Build(r.Key, r.Src)
 	rebuild := func(what string, merged bool) {
 		t.Helper()
-		got := topo.Rebuild(prev, r.key, r.src)
+		got := topo.Rebuild(prev, r.Key, r.Src)
 		if index.Merged(prev, got) != merged {
 			t.Fatalf("%s: merged %v, want %v", what, index.Merged(prev, got), merged)
 		}
-		if d := index.DiffServices(got, topo.Build(r.key, r.src)); d != "" {
+		if d := index.DiffServices(got, topo.Build(r.Key, r.Src)); d != "" {
 			t.Fatalf("%s: %s", what, d)
 		}
 		prev = got
 	}
-	local, west := r.members[0], r.members[1]
+	local, west := r.Members[0], r.Members[1]
 	for i := range 10 {
-		r.src.SetPodMirrors(om, indextest.PodMirror("10.200.0.1", i%2 == 0))
-		sls := slices.Clone(r.src.Slices(local))
+		r.Src.SetPodMirrors(om, indextest.PodMirror("10.200.0.1", i%2 == 0))
+		sls := slices.Clone(r.Src.Slices(local))
 		sl := *sls[0]
 		sl.Endpoints = slices.Clone(sl.Endpoints)
 		sl.Endpoints[0].Ready = !sl.Endpoints[0].Ready
 		sls[0] = &sl
-		r.src.SetSlices(local, sls...)
+		r.Src.SetSlices(local, sls...)
 		rebuild("another service's per-pod mirror and a local endpoint", true)
 	}
-	pods := r.src.PodMirrors(west)
+	pods := r.Src.PodMirrors(west)
 	for i := range 20 {
 		pods[i*7%len(pods)].Ready = !pods[i*7%len(pods)].Ready
-		r.src.SetPodMirrors(west, slices.Clone(pods)...)
+		r.Src.SetPodMirrors(west, slices.Clone(pods)...)
 		rebuild("one of its own per-pod mirrors", true)
 	}
 	for i := range pods {
 		pods[i].Ready = false
 	}
-	r.src.SetPodMirrors(west, pods...)
+	r.Src.SetPodMirrors(west, pods...)
 	rebuild("its gateway down", false)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 	"github.com/globaldns/global/plugin/global/telemetry"
+	"github.com/globaldns/global/test/testkit"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -49,11 +49,11 @@ func TestPlanMatchesWholeSync(t *testing.T) {
 				b := newBigService(rand.New(rand.NewPCG(seed, 2)))
 				topo := indextest.Topology()
 				topo.Locality["0-west"] = map[string]string{index.ZoneKey: "z7"}
-				svc := topo.Build(b.key, b.src)
+				svc := topo.Build(b.Key, b.Src)
 				ctx := context.Background()
 				sync := func(r *reconciler, client *fake.Clientset) {
 					t.Helper()
-					if err := r.sync(ctx, b.key, svc); err != nil {
+					if err := r.sync(ctx, b.Key, svc); err != nil {
 						t.Fatal(err)
 					}
 					echo(t, r, client, mcs)
@@ -70,7 +70,7 @@ func TestPlanMatchesWholeSync(t *testing.T) {
 						echo(t, r, client, mcs)
 						what, most = what+", and someone's edit", 0
 					}
-					svc = topo.Rebuild(svc, b.key, b.src)
+					svc = topo.Rebuild(svc, b.Key, b.Src)
 					if !svc.Big() {
 						t.Fatalf("step %d (%s): the service is no longer big", step, what)
 					}
@@ -78,12 +78,12 @@ func TestPlanMatchesWholeSync(t *testing.T) {
 					sync(r, client)
 					if testutil.ToFloat64(telemetry.WriterSliceSyncs.WithLabelValues("changes")) > before {
 						fromChanges++
-						if n := writes(client) - written; most > 0 && n > most*(1+btoi(mcs)) {
+						if n := writes(client) - written; most > 0 && n > most*(1+testkit.Btoi(mcs)) {
 							t.Errorf("step %d (%s): %d writes, want at most %d slices per set", step, what, n, most)
 						}
 					}
 					for _, set := range []string{blocksGlobal, blocksMCS} {
-						if p := r.plans.m[planKey{b.key, set}]; p != nil {
+						if p := r.plans.m[planKey{b.Key, set}]; p != nil {
 							if d := planRules(p); d != "" {
 								t.Fatalf("step %d (%s): the %s plan: %s", step, what, set, d)
 							}
@@ -257,13 +257,6 @@ func foreignEdit(t *testing.T, client *fake.Clientset) {
 	}
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // echo feeds the store what the API holds now, as its informers would, and the tracker the
 // events: the next sync starts from what the last one wrote.
 func echo(t *testing.T, r *reconciler, client *fake.Clientset, mcs bool) {
@@ -279,13 +272,13 @@ func echo(t *testing.T, r *reconciler, client *fake.Clientset, mcs bool) {
 		es := &list.Items[i]
 		there[es.Name] = true
 		if old, ok, _ := sc.slices.GetStore().Get(es); !ok || old.(*discoveryv1.EndpointSlice).ResourceVersion != es.ResourceVersion {
-			must(t, sc.slices.GetStore().Update(es))
+			testkit.Must(t, sc.slices.GetStore().Update(es))
 			r.tracker.observe(es, false)
 		}
 	}
 	for _, obj := range sc.slices.GetStore().List() {
 		if es := obj.(*discoveryv1.EndpointSlice); !there[es.Name] {
-			must(t, sc.slices.GetStore().Delete(es))
+			testkit.Must(t, sc.slices.GetStore().Delete(es))
 			r.tracker.observe(es, true)
 		}
 	}
@@ -294,7 +287,7 @@ func echo(t *testing.T, r *reconciler, client *fake.Clientset, mcs bool) {
 		t.Fatal(err)
 	}
 	for i := range svcs.Items {
-		must(t, sc.services.GetStore().Update(&svcs.Items[i]))
+		testkit.Must(t, sc.services.GetStore().Update(&svcs.Items[i]))
 	}
 	if mcs { // the ServiceImport informer runs: wait until it shows the ServiceImport
 		deadline := time.Now().Add(30 * time.Second)
@@ -307,41 +300,22 @@ func echo(t *testing.T, r *reconciler, client *fake.Clientset, mcs bool) {
 	}
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // bigService is a global service of about 400 endpoints in slices of 30, local (with placements)
 // and mirrored (with per-pod mirrors), IPv4 and IPv6, that changes at random.
-type bigService struct {
-	rng     *rand.Rand
-	src     *indextest.Source
-	key     index.Key
-	members []*index.Member
-	next    int
-}
+type bigService struct{ *indextest.RandomService }
 
 func newBigService(rng *rand.Rand) *bigService {
-	b := &bigService{rng: rng, src: indextest.New(), key: index.Key{Namespace: "db", Name: "big"}}
-	ports := []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}
+	b := &bigService{indextest.NewRandomService(rng)}
 	// "0-west" and "west": host c in the one and c-0 in the other are both c-0-west, which the
 	// -global slices must tell apart (hashed).
 	for _, cluster := range []string{"", "west", "north", "0-west"} {
-		name := "big"
-		if cluster != "" {
-			name += "-" + cluster
-		}
-		m := &index.Member{Namespace: "db", Name: name, Origin: index.Origin{Cluster: cluster, Ports: ports}}
 		var sls []*index.Slice
 		for s := range 4 {
 			var eps []index.Endpoint
 			for range 30 {
-				eps = append(eps, b.endpoint(m, s == 3))
+				eps = append(eps, b.endpoint(cluster == "", s == 3))
 			}
-			sls = append(sls, indextest.Slice(ports, eps...))
+			sls = append(sls, indextest.Slice(b.Ports, eps...))
 		}
 		switch cluster {
 		case "0-west":
@@ -350,71 +324,53 @@ func newBigService(rng *rand.Rand) *bigService {
 			sls[0].Endpoints[0].Host = "c-0"
 		}
 		if cluster != "" {
-			b.annotate(sls, "gateway."+cluster)
+			annotate(sls, "gateway."+cluster)
 		}
-		b.src.Add(b.key, m, sls...)
-		b.members = append(b.members, m)
-		if !m.Local() {
-			b.pods(m, 0)
-		}
+		b.AddMember(cluster, sls...)
 	}
 	return b
 }
 
-func (b *bigService) endpoint(m *index.Member, v6 bool) index.Endpoint {
-	b.next++
-	addr := fmt.Sprintf("10.%d.%d.%d", b.next/65536, b.next/256%256, b.next%256)
-	if v6 {
-		addr = fmt.Sprintf("fd00::%x", b.next)
-	}
-	e := indextest.Endpoint(fmt.Sprintf("p-%d", b.next), addr)
-	if m.Local() {
-		e.Local = &index.Placement{Zone: "z1", NodeName: fmt.Sprintf("node-%d", b.next%3), Pod: e.Host}
+// endpoint is a new endpoint, placed on one of three nodes when local.
+func (b *bigService) endpoint(local, v6 bool) index.Endpoint {
+	e := b.Endpoint(v6)
+	if local {
+		e.Local = &index.Placement{Zone: "z1", NodeName: fmt.Sprintf("node-%d", b.Last()%3), Pod: e.Host}
 	}
 	return e
 }
 
 // annotate gives a mirror's slices Linkerd's annotations, with that gateway identity.
-func (b *bigService) annotate(sls []*index.Slice, identity string) {
+func annotate(sls []*index.Slice, identity string) {
 	for _, sl := range sls {
 		sl.Annotations = &index.Annotations{{Key: index.AnnotationGatewayIdentity, Value: identity}, {Key: index.AnnotationRemoteFQName, Value: "big.db.svc.cluster.local"}}
 	}
 }
 
-// pods sets every per-pod mirror of mirror m, down ones down in a hundred.
-func (b *bigService) pods(m *index.Member, down int) {
-	b.src.SetPodMirrorsOf(m, func() bool { return b.rng.IntN(100) >= down })
-}
-
 // change makes one random change, says what it was and how many slices of a set it may write
 // (0: any number).
 func (b *bigService) change() (string, int) {
-	m := b.members[b.rng.IntN(len(b.members))]
-	sls := slices.Clone(b.src.Slices(m))
-	i := b.rng.IntN(len(sls))
+	m := b.Members[b.Rand.IntN(len(b.Members))]
+	sls := slices.Clone(b.Src.Slices(m))
+	i := b.Rand.IntN(len(sls))
 	sl := *sls[i]
 	sl.Endpoints = slices.Clone(sl.Endpoints)
-	e := &sl.Endpoints[b.rng.IntN(len(sl.Endpoints))]
-	if b.rng.IntN(10) == 0 { // the hostname two clusters share, whatever m is
-		m = b.members[3-2*b.rng.IntN(2)] // 0-west or west
-		sls = slices.Clone(b.src.Slices(m))
+	e := &sl.Endpoints[b.Rand.IntN(len(sl.Endpoints))]
+	if b.Rand.IntN(10) == 0 { // the hostname two clusters share, whatever m is
+		m = b.Members[3-2*b.Rand.IntN(2)] // 0-west or west
+		sls = slices.Clone(b.Src.Slices(m))
 		i = 0
 		sl = *sls[0]
 		sl.Endpoints = slices.Clone(sl.Endpoints)
 		e = &sl.Endpoints[0]
 	}
 	what, most := "", 1
-	switch op := b.rng.IntN(100); {
+	switch op := b.Rand.IntN(100); {
 	case op < 50:
 		e.Ready, e.Serving = !e.Ready, !e.Ready
 		what = "readiness flip"
 	case op < 62: // a pod restarts with another address
-		b.next++
-		a := netip.MustParseAddr(fmt.Sprintf("10.%d.%d.%d", b.next/65536, b.next/256%256, b.next%256))
-		if !e.Addr().Is4() {
-			a = netip.MustParseAddr(fmt.Sprintf("fd00::%x", b.next))
-		}
-		e.SetAddr(a)
+		e.SetAddr(b.Addr(!e.Addr().Is4()))
 		what, most = "another address", 2 // it leaves its slice, and joins the first with room
 	case op < 68 && m.Local(): // a pod moves to another node
 		p := *e.Local
@@ -422,23 +378,22 @@ func (b *bigService) change() (string, int) {
 		e.Local = &p
 		what = "another node"
 	case op < 74 && !m.Local(): // the gateway: per-pod mirrors go down or up
-		b.pods(m, []int{0, 30, 100}[b.rng.IntN(3)])
+		b.PodMirrors(m, []int{0, 30, 100}[b.Rand.IntN(3)])
 		return "per-pod mirrors", 0
 	case op < 78 && m.Local(): // a slice's port: its endpoints move to slices of that port
 		sl.Ports = []index.Port{{Name: "db", Port: sl.Ports[0].Port + 1, Protocol: "TCP"}}
 		what, most = "a port", 0
 	case op < 80: // hosts x and x-0 come in 0-west and west: both are x-0-west, hashed
-		b.next++
-		x := b.next
+		x := b.Next()
 		for j, c := range []int{3, 1} {
-			m := b.members[c]
-			sls := slices.Clone(b.src.Slices(m))
+			m := b.Members[c]
+			sls := slices.Clone(b.Src.Slices(m))
 			sl := *sls[0]
-			e := b.endpoint(m, false)
+			e := b.endpoint(m.Local(), false)
 			e.Host = fmt.Sprintf("x%d%s", x, []string{"", "-0"}[j])
 			sl.Endpoints = append(slices.Clone(sl.Endpoints), e)
 			sls[0] = &sl
-			b.src.SetSlices(m, sls...)
+			b.Src.SetSlices(m, sls...)
 		}
 		return "two hosts of one name", 0
 	case op < 82 && !m.Local(): // linked again, with another gateway identity
@@ -446,12 +401,11 @@ func (b *bigService) change() (string, int) {
 			c := *sls[j]
 			sls[j] = &c
 		}
-		b.next++
-		b.annotate(sls, fmt.Sprintf("gateway.%s.%d", m.Cluster, b.next))
-		b.src.SetSlices(m, sls...)
+		annotate(sls, fmt.Sprintf("gateway.%s.%d", m.Cluster, b.Next()))
+		b.Src.SetSlices(m, sls...)
 		return "another gateway identity", 0
 	case op < 84: // an endpoint comes: a new hostname
-		sl.Endpoints = append(sl.Endpoints, b.endpoint(m, sl.Family == index.IPv6))
+		sl.Endpoints = append(sl.Endpoints, b.endpoint(m.Local(), sl.Family == index.IPv6))
 		what, most = "an endpoint comes", 0
 	case op < 90 && len(sl.Endpoints) > 1: // an endpoint goes
 		sl.Endpoints = slices.Delete(sl.Endpoints, 1, 2)
@@ -460,6 +414,6 @@ func (b *bigService) change() (string, int) {
 		what, most = "the same", 0
 	}
 	sls[i] = &sl
-	b.src.SetSlices(m, sls...)
+	b.Src.SetSlices(m, sls...)
 	return what, most
 }
