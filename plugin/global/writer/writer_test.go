@@ -13,7 +13,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
 
@@ -26,7 +25,7 @@ func TestTermsDoNotOverlap(t *testing.T) {
 	ix := index.New(indextest.Topology(), indextest.New())
 	ix.Start()
 	ix.Publish()
-	w := New(fake.NewClientset(), nil, ix, nil, Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints})
+	w := New(newFakeClient(), nil, ix, nil, Config{Suffix: DefaultSuffix, MaxEndpoints: DefaultMaxEndpoints})
 	w.Start(ctx)
 
 	first, endFirst := context.WithCancel(ctx)
@@ -83,7 +82,7 @@ func TestSweepDeletesOnlyOursOutsideTheNamespaces(t *testing.T) {
 		objs = append(objs, &corev1.Service{ObjectMeta: meta(o.ns, name, o.owner)},
 			&discoveryv1.EndpointSlice{ObjectMeta: meta(o.ns, name+"-west-ipv4-0", o.owner)})
 	}
-	client := fake.NewClientset(objs...)
+	client := newFakeClient(objs...)
 	ix := index.New(indextest.Topology(), indextest.New())
 	w := New(client, nil, ix, []string{"kept"}, Config{Suffix: DefaultSuffix, Owner: testOwner})
 	w.rec.sweepOutside(context.Background())
