@@ -235,6 +235,23 @@ func writtenHosts(ctx context.Context, c kubernetes.Interface, s scenario) (map[
 	return out, nil
 }
 
+// writtenState says, for a failure, where hostname is in s's written slices and as what.
+func writtenState(ctx context.Context, c kubernetes.Interface, s scenario, hostname string) string {
+	list, err := c.DiscoveryV1().EndpointSlices(progNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + s.svc + "-global"})
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, es := range list.Items {
+		for _, e := range es.Endpoints {
+			if ptr.Deref(e.Hostname, "") == hostname {
+				out = append(out, fmt.Sprintf("%s (resourceVersion %s, generation %d): ready=%v", es.Name, es.ResourceVersion, es.Generation, ptr.Deref(e.Conditions.Ready, true)))
+			}
+		}
+	}
+	return fmt.Sprintf("%s in the written slices: %v", hostname, out)
+}
+
 // waitWritten polls until the -global slices of s hold n endpoints.
 func waitWritten(ctx context.Context, c kubernetes.Interface, s scenario, n int) error {
 	deadline := time.Now().Add(2 * time.Minute)

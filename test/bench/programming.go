@@ -249,7 +249,7 @@ func measureScenario(ctx context.Context, c kubernetes.Interface, d *harness.Cor
 		}
 		m.pluginLat = append(m.pluginLat, share)
 		if err := waitWrittenReady(ctx, c, where[s.host(k)+"-"+s.cluster], s.host(k)+"-"+s.cluster, ready, s.gone); err != nil {
-			return m, err
+			return m, fmt.Errorf("change %d: %w\n%s\nthe writer's last log lines:\n%s", i, err, writtenState(ctx, c, s, s.host(k)+"-"+s.cluster), d.Tail(100))
 		}
 		m.writeLat = append(m.writeLat, time.Since(t0).Seconds())
 	}
