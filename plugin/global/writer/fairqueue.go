@@ -1,6 +1,8 @@
 package writer
 
 import (
+	"time"
+
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 
@@ -57,11 +59,14 @@ func (q *fairQueue) Pop() index.Key {
 	return k
 }
 
-// newTermQueue returns a term's work queue: rate-limited retries as client-go's controllers have,
-// over a fairQueue.
+// newTermQueue returns a term's work queue over a fairQueue, whose retries back off per key
+// (5 ms doubling to 1000 s, as client-go's default), and per key only, as Kubernetes' EndpointSlice
+// controllers': the default controller rate limiter also holds every retry of every key to one
+// bucket of 10 a second, so one tenant's failing services, or a big service waiting for the echo of
+// its writes, would delay everyone's. The writer's client has its own rate limit (apiserver_qps).
 func newTermQueue() workqueue.TypedRateLimitingInterface[index.Key] {
 	fair := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[index.Key]{Name: telemetry.Plugin, Queue: newFairQueue()})
 	delaying := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[index.Key]{Name: telemetry.Plugin, Queue: fair})
-	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[index.Key](),
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedItemExponentialFailureRateLimiter[index.Key](5*time.Millisecond, 1000*time.Second),
 		workqueue.TypedRateLimitingQueueConfig[index.Key]{Name: telemetry.Plugin, DelayingQueue: delaying})
 }

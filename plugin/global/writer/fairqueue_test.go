@@ -3,6 +3,7 @@ package writer
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/globaldns/global/plugin/global/index"
 )
@@ -31,5 +32,30 @@ func TestTermQueueIsFair(t *testing.T) {
 	}
 	if n := q.Len(); n != 996 {
 		t.Errorf("%d waiting, want 996", n)
+	}
+}
+
+// A key's retries delay that key alone: a tenant whose 300 services all fail a write at once does
+// not delay another's retry. client-go's default controller rate limiter also holds every retry
+// of every key to one bucket of 10 a second (burst 100): the other's retry would wait behind
+// the 200 beyond the burst, 20 s.
+func TestTermQueueRetriesArePerKey(t *testing.T) {
+	q := newTermQueue()
+	defer q.ShutDown()
+	for i := range 300 {
+		q.AddRateLimited(index.Key{Namespace: "noisy", Name: fmt.Sprint("s", i)})
+	}
+	other := index.Key{Namespace: "db", Name: "foo"}
+	start := time.Now()
+	q.AddRateLimited(other)
+	for {
+		k, _ := q.Get()
+		q.Done(k)
+		if k == other {
+			break
+		}
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("another tenant's retry came after %s", d)
 	}
 }
