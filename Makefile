@@ -226,9 +226,11 @@ TEST_PHASES   := build release-files previous controlplane helm promtool testbin
 TEST_PARALLEL ?= 8
 PHASES_LOG    := $(CURDIR)/bin/test-phases
 timed = (s=$$(date +%s); $(2); rc=$$?; echo "$(1): $$(( $$(date +%s) - s )) s" >> $(PHASES_LOG); exit $$rc)
-test: IMAGE_ARCHS   := amd64
-test: CLI_PLATFORMS := linux/amd64
-test: RELEASE_DIR   := bin/test-release/$(VERSION)
+# make test, and the suite run alone after it or for another Kubernetes, check the release of
+# linux/amd64 that make test builds.
+test integration test-k8s: IMAGE_ARCHS   := amd64
+test integration test-k8s: CLI_PLATFORMS := linux/amd64
+test integration test-k8s: RELEASE_DIR   := bin/test-release/$(VERSION)
 test:
 	@mkdir -p bin && : > $(PHASES_LOG)
 	@for p in $(TEST_PHASES); do $(call timed,make $$p,$(MAKE) --no-print-directory $$p IMAGE_ARCHS='$(IMAGE_ARCHS)' \
