@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -86,10 +87,31 @@ func readImageArchive(t *testing.T, path string) imageArchive {
 		if h.Typeflag != tar.TypeReg {
 			continue
 		}
-		b, err := io.ReadAll(tr)
+		b := make([]byte, h.Size)
+		_, err = io.ReadFull(tr, b)
 		testkit.Must(t, err)
 		a[h.Name] = b
 	}
+}
+
+// sha256Of is the hex SHA-256 of what r reads, hashed 64 KiB at a time: the hash of tens of MB in
+// one call does not yield, and the test binary's other goroutines (the query load of the tests
+// beside this one) would wait for it.
+func sha256Of(t *testing.T, r io.Reader) string {
+	t.Helper()
+	h := sha256.New()
+	_, err := io.CopyBuffer(h, struct{ io.Reader }{r}, make([]byte, 64<<10))
+	testkit.Must(t, err)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// fileSHA256 is the hex SHA-256 of the file at path, read as sha256Of reads.
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	testkit.Must(t, err)
+	defer f.Close()
+	return sha256Of(t, f)
 }
 
 // blob returns the blob d names, checking it is there, of d's size and digest.
@@ -131,6 +153,7 @@ func (a imageArchive) topIndex(t *testing.T) (ociDescriptor, ociIndex) {
 type layerFile struct {
 	hdr  *tar.Header
 	body []byte
+	path string // the binary's: written to a file as it streams
 }
 
 // TestImage checks bin/coredns-global.oci.tar, which `make image` writes, with nothing but the
@@ -148,8 +171,8 @@ func TestImage(t *testing.T) {
 	}
 	for name, b := range a {
 		if hexDigest, ok := strings.CutPrefix(name, "blobs/sha256/"); ok {
-			if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != hexDigest {
-				t.Errorf("%s: content's sha256 is %x", name, sum)
+			if sum := sha256Of(t, bytes.NewReader(b)); sum != hexDigest {
+				t.Errorf("%s: content's sha256 is %s", name, sum)
 			}
 		}
 	}
@@ -163,7 +186,8 @@ func TestImage(t *testing.T) {
 		t.Errorf("index media type %q", idx.MediaType)
 	}
 	var platforms []string
-	binaries := map[string][]byte{}
+	binaries := map[string]string{} // architecture -> its /coredns, taken out of the image
+	tmp := t.TempDir()
 	configs := map[string]string{} // architecture -> config blob path
 	var epoch time.Time
 	for _, d := range idx.Manifests {
@@ -208,21 +232,33 @@ func TestImage(t *testing.T) {
 				}
 				zr, err := gzip.NewReader(bytes.NewReader(a.blob(t, l)))
 				testkit.Must(t, err)
-				raw, err := io.ReadAll(zr)
-				testkit.Must(t, err)
-				if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != c.RootFS.DiffIDs[i] {
-					t.Errorf("layer %d: uncompressed sha256 %x, diff_id %s", i, sum, c.RootFS.DiffIDs[i])
-				}
-				tr := tar.NewReader(bytes.NewReader(raw))
+				// The layer streams: the binary goes to a file, the rest is small.
+				diff := sha256.New()
+				tr := tar.NewReader(io.TeeReader(zr, diff))
 				for {
 					h, err := tr.Next()
 					if err == io.EOF {
 						break
 					}
 					testkit.Must(t, err)
-					b, err := io.ReadAll(tr)
-					testkit.Must(t, err)
-					files[strings.TrimSuffix(h.Name, "/")] = layerFile{h, b}
+					f := layerFile{hdr: h}
+					if name := strings.TrimSuffix(h.Name, "/"); name == "coredns" {
+						f.path = filepath.Join(tmp, "coredns-"+p.Architecture)
+						out, err := os.OpenFile(f.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+						testkit.Must(t, err)
+						_, err = io.CopyBuffer(out, struct{ io.Reader }{tr}, make([]byte, 64<<10))
+						testkit.Must(t, errors.Join(err, out.Close()))
+					} else {
+						f.body = make([]byte, h.Size)
+						_, err = io.ReadFull(tr, f.body)
+						testkit.Must(t, err)
+					}
+					files[strings.TrimSuffix(h.Name, "/")] = f
+				}
+				_, err = io.Copy(io.Discard, tr) // the archive's end, hashed too
+				testkit.Must(t, err)
+				if sum := "sha256:" + hex.EncodeToString(diff.Sum(nil)); sum != c.RootFS.DiffIDs[i] {
+					t.Errorf("layer %d: uncompressed %s, diff_id %s", i, sum, c.RootFS.DiffIDs[i])
 				}
 			}
 			for name, f := range files {
@@ -238,7 +274,7 @@ func TestImage(t *testing.T) {
 			if !ok || bin.hdr.Typeflag != tar.TypeReg || bin.hdr.Mode&0o111 != 0o111 {
 				t.Fatalf("/coredns missing or not executable: %+v", bin.hdr)
 			}
-			binaries[p.Architecture] = bin.body
+			binaries[p.Architecture] = bin.path
 
 			ca := files["etc/ssl/certs/ca-certificates.crt"].body
 			n := 0
@@ -282,12 +318,8 @@ func TestImage(t *testing.T) {
 		t.Errorf("manifest.json %s: want the linux/amd64 image (config %s) tagged %s", a["manifest.json"], configs["amd64"], ref)
 	}
 
-	tmp := t.TempDir()
-	for arch, b := range binaries {
-		testkit.Must(t, os.WriteFile(filepath.Join(tmp, "coredns-"+arch), b, 0o755))
-	}
-	if runtime.GOOS == "linux" && binaries[runtime.GOARCH] != nil {
-		out, err := exec.Command(filepath.Join(tmp, "coredns-"+runtime.GOARCH), "-plugins").CombinedOutput()
+	if runtime.GOOS == "linux" && binaries[runtime.GOARCH] != "" {
+		out, err := exec.Command(binaries[runtime.GOARCH], "-plugins").CombinedOutput()
 		testkit.Must(t, err)
 		if !slices.Contains(strings.Fields(string(out)), "global") {
 			t.Errorf("the image's coredns -plugins does not list global:\n%s", out)
@@ -305,8 +337,8 @@ func TestImage(t *testing.T) {
 	args := []string{"-tag", ref, "-o", again,
 		"-source", labels["org.opencontainers.image.source"], "-revision", labels["org.opencontainers.image.revision"],
 		"-version", labels["org.opencontainers.image.version"]}
-	for arch := range binaries {
-		args = append(args, "-"+arch, filepath.Join(tmp, "coredns-"+arch))
+	for arch, bin := range binaries {
+		args = append(args, "-"+arch, bin)
 	}
 	cmd := exec.Command(builder, args...)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("SOURCE_DATE_EPOCH=%d", epoch.Unix()))
@@ -318,13 +350,7 @@ func TestImage(t *testing.T) {
 	if top2.Digest != top.Digest {
 		t.Errorf("built again, the index is %s, was %s", top2.Digest, top.Digest)
 	}
-	sum := func(p string) string {
-		b, err := os.ReadFile(p)
-		testkit.Must(t, err)
-		s := sha256.Sum256(b)
-		return hex.EncodeToString(s[:])
-	}
-	if s1, s2 := sum(path), sum(again); s1 != s2 {
+	if s1, s2 := fileSHA256(t, path), fileSHA256(t, again); s1 != s2 {
 		t.Errorf("built again, the tarball's sha256 is %s, was %s", s2, s1)
 	}
 	t.Logf("%s: index %s", ref, top.Digest)

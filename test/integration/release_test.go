@@ -3,10 +3,8 @@ package integration
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"debug/elf"
 	"debug/macho"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -85,10 +83,8 @@ func TestRelease(t *testing.T) {
 			continue
 		}
 		files = append(files, e.Name())
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		testkit.Must(t, err)
-		if sum := sha256.Sum256(data); sums[e.Name()] != hex.EncodeToString(sum[:]) {
-			t.Errorf("SHA256SUMS: %s is %x, listed %q", e.Name(), sum, sums[e.Name()])
+		if sum := fileSHA256(t, filepath.Join(dir, e.Name())); sums[e.Name()] != sum {
+			t.Errorf("SHA256SUMS: %s is %s, listed %q", e.Name(), sum, sums[e.Name()])
 		}
 	}
 	if len(sums) != len(files) {
