@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,13 @@ import (
 var cp *harness.ControlPlane
 
 func TestMain(m *testing.M) {
+	// The tests' clients wait on sockets far more than they compute, and count a query not
+	// answered within a second as failed. At the machine's two Ps the garbage collector's worker
+	// takes one while it marks, and a long stretch that cannot be preempted on the other (a hash
+	// or a copy of a large buffer) stalls every client of every test as long: an execution trace
+	// showed 1.0 s, and TCP queries failing in TestGatewayLiveness while CoreDNS had answered. With
+	// more Ps than cores the kernel shares the time instead.
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), 4))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	var err error
 	cp, err = harness.StartControlPlane(ctx, harness.Options{CoreDNSUser: &suiteWriter, ExtraTokens: append(suffixWriterTokens(), writer),
