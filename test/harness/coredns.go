@@ -189,9 +189,9 @@ func StartCoreDNS(t testing.TB, cp *ControlPlane, corefileTemplate string, opts 
 	if err != nil {
 		t.Fatalf("harness: parse Corefile template: %v", err)
 	}
-	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
-		c, err := startCoreDNSTemplate(bin, tmpl, dir, o)
+		// A directory per attempt: a retried start's log holds its own lines only.
+		c, err := startCoreDNSTemplate(bin, tmpl, t.TempDir(), o)
 		if err == nil {
 			t.Cleanup(func() {
 				c.Stop()
@@ -209,7 +209,7 @@ func StartCoreDNS(t testing.TB, cp *ControlPlane, corefileTemplate string, opts 
 
 // startCoreDNSTemplate renders tmpl with fresh ports and starts coredns.
 func startCoreDNSTemplate(bin string, tmpl *template.Template, dir string, o coreDNSOptions) (*CoreDNS, error) {
-	port, err := freePort()
+	port, err := freeDNSPort()
 	if err != nil {
 		return nil, err
 	}

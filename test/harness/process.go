@@ -211,78 +211,123 @@ func tailFile(path string, n int) string {
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("pick a free port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if handOut(port) {
-			return port, nil
-		}
+	ls, err := listenFree(1, false)
+	closeAll(ls)
+	if err != nil {
+		return 0, err
 	}
+	return ls[0].Addr().(*net.TCPAddr).Port, nil
 }
 
 // handedOut are the ports given to this test binary's processes. A port is free again once the
-// listener that found it closes, so the kernel may give it to a second process before the first
+// listener that found it closes, so it could be found again for a second process before the first
 // listens on it; and coredns listens with SO_REUSEPORT, so both would bind it, and one's queries
 // reach the other. No port is handed out twice.
 var (
 	handedOutMu sync.Mutex
 	handedOut   = map[int]bool{}
+	nextPort    int
 )
 
-// handOut records port as handed out; false when it already was.
-func handOut(port int) bool {
+// The ports handed out are below the kernel's ephemeral range (ip_local_port_range, from 32768
+// by default), where connect picks the local ports of outgoing connections: the tests open
+// hundreds a second, and a port found free there could be a connection's before the process
+// given it binds it.
+const lowestPort = 10000
+
+// ephemeralStart is the first port of the kernel's ephemeral range.
+func ephemeralStart() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > lowestPort+1000 {
+				return n
+			}
+		}
+	}
+	return 32768
+}
+
+// candidatePort is the next port to try, in turn from a random start, so that test binaries
+// running beside each other mostly try different ports.
+func candidatePort() int {
 	handedOutMu.Lock()
 	defer handedOutMu.Unlock()
-	if handedOut[port] {
-		return false
+	span := ephemeralStart() - lowestPort
+	if nextPort == 0 {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		nextPort = lowestPort + (int(b[0])<<8|int(b[1]))%span
 	}
-	handedOut[port] = true
-	return true
+	for {
+		p := nextPort
+		nextPort = lowestPort + (nextPort-lowestPort+1)%span
+		if !handedOut[p] {
+			handedOut[p] = true
+			return p
+		}
+	}
+}
+
+// listenFree listens on n ports of 127.0.0.1 that were free, TCP (and, with udp, UDP on the
+// same port too, whose listener it closes); the caller closes the TCP listeners.
+func listenFree(n int, udp bool) ([]net.Listener, error) {
+	var ls []net.Listener
+	for tries := 0; len(ls) < n; tries++ {
+		if tries == 5000 {
+			closeAll(ls)
+			return nil, errors.New("pick a free port: none free below the ephemeral range")
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(candidatePort())
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		if udp {
+			u, err := net.ListenPacket("udp", addr)
+			if err != nil {
+				l.Close()
+				continue
+			}
+			u.Close()
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
+	}
 }
 
 // FreeAddr returns a loopback address whose TCP and UDP ports are both free right now, for a
 // DNS server to listen on.
 func FreeAddr() (string, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", fmt.Errorf("pick a free port: %w", err)
-		}
-		addr := l.Addr().String()
-		u, err := net.ListenPacket("udp", addr)
-		l.Close()
-		if err == nil {
-			u.Close()
-			if handOut(l.Addr().(*net.TCPAddr).Port) {
-				return addr, nil
-			}
-		}
+	port, err := freeDNSPort()
+	return "127.0.0.1:" + strconv.Itoa(port), err
+}
+
+// freeDNSPort is a port of 127.0.0.1 free over TCP and UDP a moment ago.
+func freeDNSPort() (int, error) {
+	ls, err := listenFree(1, true)
+	closeAll(ls)
+	if err != nil {
+		return 0, err
 	}
+	return ls[0].Addr().(*net.TCPAddr).Port, nil
 }
 
 // freePorts returns n distinct free ports.
 func freePorts(n int) ([]int, error) {
-	// Keep all listeners open until the end so the ports are distinct.
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		if port := l.Addr().(*net.TCPAddr).Port; handOut(port) {
-			ports = append(ports, port)
-		}
+	ls, err := listenFree(n, false)
+	closeAll(ls)
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, n)
+	for i, l := range ls {
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
 	return ports, nil
 }
