@@ -255,18 +255,28 @@ func TestExplainClient(t *testing.T) {
 	}
 }
 
-// explain_from limits who may ask for explanations: others are refused, as with explain off.
+// explain_from limits who may ask for explanations: others are refused, as with explain off. By
+// default only the loopback may ask.
 func TestExplainFrom(t *testing.T) {
-	g := zonedGlobal(t, clientSources{})
-	g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
 	m := new(dns.Msg)
 	m.SetQuestion("global.", dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
-	for from, want := range map[string]int{"127.0.0.1": dns.RcodeSuccess, "10.1.0.1": dns.RcodeRefused} {
-		rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from, TCP: true})
-		g.ServeDNS(context.Background(), rec, m)
-		if rec.Msg.Rcode != want || (want == dns.RcodeSuccess) != (len(rec.Msg.Answer) > 0) {
-			t.Errorf("CH TXT global. from %s: %s with %d records, want %s", from, dns.RcodeToString[rec.Msg.Rcode], len(rec.Msg.Answer), dns.RcodeToString[want])
+	for _, tc := range []struct {
+		from networks
+		want map[string]int
+	}{
+		{defaults(nil).explainFrom, map[string]int{"127.0.0.1": dns.RcodeSuccess, "::1": dns.RcodeSuccess, "10.1.0.1": dns.RcodeRefused, "fd00::1": dns.RcodeRefused}},
+		{networks{netip.MustParsePrefix("10.0.0.0/8")}, map[string]int{"127.0.0.1": dns.RcodeRefused, "10.1.0.1": dns.RcodeSuccess}},
+		{networks{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}, map[string]int{"10.1.0.1": dns.RcodeSuccess, "fd00::1": dns.RcodeSuccess}},
+	} {
+		g := zonedGlobal(t, clientSources{})
+		g.explainFrom = tc.from
+		for from, want := range tc.want {
+			rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from, TCP: true})
+			g.ServeDNS(context.Background(), rec, m)
+			if rec.Msg.Rcode != want || (want == dns.RcodeSuccess) != (len(rec.Msg.Answer) > 0) {
+				t.Errorf("explain_from %v: CH TXT global. from %s: %s with %d records, want %s", tc.from, from, dns.RcodeToString[rec.Msg.Rcode], len(rec.Msg.Answer), dns.RcodeToString[want])
+			}
 		}
 	}
 }

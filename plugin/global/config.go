@@ -47,6 +47,15 @@ const (
 
 // defaults is the plugin as a stanza without options configures it, but for the contract's options
 // (contract.Defaults, handed over by adopt).
+// defaultExplainFrom is contract.DefaultExplainFrom, read as explain_from reads its arguments.
+var defaultExplainFrom = func() networks {
+	ns, err := contract.Networks("explain_from", contract.DefaultExplainFrom())
+	if err != nil {
+		panic(err) // constant arguments: every test of the package starts here
+	}
+	return ns
+}()
+
 func defaults(zones []string) *Global {
 	return &Global{
 		Zones:          zones,
@@ -58,9 +67,10 @@ func defaults(zones []string) *Global {
 		election: writer.Election{
 			Namespace: writer.DefaultLeaseNamespace(), RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
 		},
-		explain:  true,
-		apiQPS:   defaultQPS,
-		apiBurst: defaultBurst,
+		explain:     true,
+		explainFrom: defaultExplainFrom,
+		apiQPS:      defaultQPS,
+		apiBurst:    defaultBurst,
 	}
 }
 

@@ -74,8 +74,8 @@ func TestParse(t *testing.T) {
 		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ecsFrom, g.ecsServices, g.explainFrom, err)
 	}
 	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
-		g.ecsFrom != nil || g.ecsServices != nil || g.explainFrom != nil || g.linksNamespace != "linkerd-multicluster" {
-		t.Errorf("defaults: rotate %v explain %v, %v", g.rotate, g.explain, err)
+		g.ecsFrom != nil || g.ecsServices != nil || fmt.Sprint(g.explainFrom) != "[127.0.0.0/8 ::1/128]" || g.linksNamespace != "linkerd-multicluster" {
+		t.Errorf("defaults: rotate %v explain %v explain_from %v, %v", g.rotate, g.explain, g.explainFrom, err)
 	}
 	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
 		t.Errorf("rotate off, explain off: %v %v, %v", g.rotate, g.explain, err)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // release is a build of the plugin: its version, the image that holds it, its coredns and its chart.
@@ -103,16 +106,23 @@ func TestUpgradeRollback(t *testing.T) {
 	load.await(t, 300)
 	load.check(t, "the previous release")
 
+	helmRun := func(args []string) func() { return func() { harness.RunHelm(t, helm, own, args...) } }
+	undo := docCommand(t, doc, "kubectl -n coredns-global rollout undo ")
 	phases := []struct {
 		name string
 		to   release
-		cmd  []string
+		run  func()
 	}{
-		{"upgrade", cur, docCommand(t, doc, "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --set image.tag=")},
-		{"rollback", prev, docCommand(t, doc, "helm rollback coredns-global ")},
+		{"upgrade", cur, helmRun(docCommand(t, doc, "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --set image.tag="))},
+		// The Deployment alone goes back: the previous release's pods start on this build's
+		// ConfigMap (TestDefaultsRunSideBySide: its default Corefile is one they read).
+		{"rollout undo", prev, func() { harness.RunKubectl(t, own, "", undo...) }},
+		{"rollout undo again", cur, func() { harness.RunKubectl(t, own, "", undo...) }},
+		// After kubectl's undo, Helm 4's apply meets kubectl's image: install.md's rollback then.
+		{"rollback", prev, helmRun(docCommand(t, doc, "helm rollback coredns-global --namespace coredns-global --force-conflicts"))},
 	}
 	for _, ph := range phases {
-		harness.RunHelm(t, helm, own, ph.cmd...)
+		ph.run()
 		k.Until(ph.name+": every pod on "+ph.to.image, rolledOutTo(t, k, own, ph.to, 3))
 		var leader *harness.PodProcess
 		k.Until(ph.name+": a leader of "+ph.to.version, func() error {
@@ -132,7 +142,7 @@ func TestUpgradeRollback(t *testing.T) {
 		}
 		load.await(t, 300)
 		load.check(t, ph.name)
-		if ph.to == cur && relabels {
+		if ph.to == cur && relabels && ph.name == "upgrade" {
 			// This build's writer adds the label (its admission policy requires it): one update
 			// per slice, nothing else.
 			harness.Eventually(t, "the slices labelled headless", func() error {
@@ -335,6 +345,85 @@ func writtenVersions(t *testing.T, cp *harness.ControlPlane) map[string]string {
 	}
 	if len(out) < 2 {
 		t.Fatalf("the writer wrote %v", out)
+	}
+	return out
+}
+
+// TestDefaultsRunSideBySide: the previous release starts on the Corefile that the chart,
+// deploy/base and `linkerd global install` render by default, so that its pods read the ConfigMap
+// this build's upgrade wrote, however they restart (mid-rollout, after `kubectl rollout undo`);
+// and the upgrade notes name every option the previous release does not have.
+func TestDefaultsRunSideBySide(t *testing.T) {
+	t.Parallel()
+	prev := previousRelease(t)
+	corefileOf := func(objs map[string]*unstructured.Unstructured) string {
+		return objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	}
+	helm := helms(t)["helm4"]
+	_, chart := helmTemplate(t, helm)
+	// The notes' way to unset a value of a new option, before going back: null renders the
+	// default Corefile; and [] is anyone for explain.from.
+	for _, set := range []string{"explain.from=null", "linkerd.multiclusterNamespace=null", "clientLocality.ecsFrom=null"} {
+		if _, objs := helmTemplate(t, helm, "--set", set); corefileOf(objs) != corefileOf(chart) {
+			t.Errorf("--set %s: the Corefile is not the default one:\n%s", set, corefileOf(objs))
+		}
+	}
+	if _, objs := helmTemplate(t, helm, "--set-json", "explain.from=[]"); !strings.Contains(corefileOf(objs), "explain_from 0.0.0.0/0 ::/0\n") {
+		t.Errorf("--set-json explain.from=[]: the Corefile:\n%s", corefileOf(objs))
+	}
+	installed, stderr, code := cli(t, nil, "", "install", "--set", "clusterName=east")
+	if code != 0 {
+		t.Fatalf("linkerd global install: %d %s", code, stderr)
+	}
+	var base unstructured.Unstructured
+	testkit.Must(t, yaml.Unmarshal([]byte(readFile(t, repoPath(t, "deploy/base/configmap.yaml"))), &base.Object))
+	renders := map[string]string{
+		"the chart":              corefileOf(chart),
+		"linkerd global install": corefileOf(objectsOf(t, installed)),
+		"deploy/base":            base.Object["data"].(map[string]any)["Corefile"].(string),
+	}
+	// A token the API server refuses: the replica parses its Corefile, starts and writes nothing.
+	kubeconfig, err := cp.KubeconfigFor("not-a-token")
+	testkit.Must(t, err)
+	for what, corefile := range renders {
+		// Refused, the replica never syncs and so never turns ready: started is what its parser decides.
+		tmpl := strings.Replace(localize(corefile, repoPath(t)), "ready {{.Ready}}", "", 1)
+		c := harness.StartCoreDNS(t, nil, tmpl, harness.WithBinary(prev.binary), harness.WithKubeconfig(kubeconfig),
+			harness.WithEnv("KUBECONFIG="+kubeconfig, "CLUSTER_NAME=east", "POD_NAMESPACE=default"))
+		c.Stop()
+		t.Logf("%s: %s starts on its Corefile", what, prev.version)
+	}
+
+	// The options new since the previous release (the README's syntax, then and now) are the
+	// ones the upgrade notes list.
+	added := slices.DeleteFunc(syntaxOptions(t, readFile(t, repoPath(t, "plugin/global/README.md"))), func(o string) bool {
+		return slices.Contains(syntaxOptions(t, readFile(t, filepath.Join(os.Getenv("GLOBAL_PREVIOUS_DIR"), "src", "plugin", "global", "README.md"))), o)
+	})
+	notes, _, _ := strings.Cut(readFile(t, repoPath(t, "docs/CHANGELOG.md")), "\n### Changes\n") // Unreleased's notes
+	const lead = "The options new in this release, "
+	_, line, ok := strings.Cut(notes, lead)
+	line, _, _ = strings.Cut(line, ":")
+	listed := regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(line, -1)
+	var names []string
+	for _, m := range listed {
+		names = append(names, m[1])
+	}
+	if !ok || !slices.Equal(names, added) {
+		t.Errorf("docs/CHANGELOG.md's upgrade notes list the new options as %q (after %q), want %q", names, lead, added)
+	}
+}
+
+// syntaxOptions are the options of the plugin's README's syntax block, in its order.
+func syntaxOptions(t *testing.T, readme string) []string {
+	t.Helper()
+	_, block, _ := strings.Cut(readme, "global [ZONES...] {\n")
+	block, _, ok := strings.Cut(block, "\n}\n")
+	if !ok {
+		t.Fatal("a README without its syntax block")
+	}
+	var out []string
+	for _, l := range strings.Split(block, "\n") {
+		out = append(out, strings.Fields(l)[0])
 	}
 	return out
 }

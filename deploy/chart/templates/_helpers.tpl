@@ -60,6 +60,11 @@ writer.Owner shortens a longer one to 54 characters and an FNV hash, which Helm 
 {{- end -}}
 {{- end }}
 
+{{/* Where Linkerd's Links count; unset (null), the plugin's default. */}}
+{{- define "coredns-global.linksNamespace" -}}
+{{- .Values.linkerd.multiclusterNamespace | default "linkerd-multicluster" -}}
+{{- end }}
+
 {{/* The Corefile. With the default values it is deploy/base's, comments included. */}}
 {{- define "coredns-global.corefile" -}}
 {{- $zones := .Values.zones -}}
@@ -108,8 +113,8 @@ writer.Owner shortens a longer one to 54 characters and an FNV hash, which Helm 
 {{- range $zone, $policy := .Values.policy.byZone }}
         policy {{ $policy }} {{ $zone }}
 {{- end }}
-{{- if ne .Values.linkerd.multiclusterNamespace "linkerd-multicluster" }}
-        links_namespace {{ .Values.linkerd.multiclusterNamespace }}
+{{- if ne (include "coredns-global.linksNamespace" .) "linkerd-multicluster" }}
+        links_namespace {{ include "coredns-global.linksNamespace" . }}
 {{- end }}
 {{- with .Values.clientLocality.sources }}
         client_locality {{ join " " . }}
@@ -123,10 +128,14 @@ writer.Owner shortens a longer one to 54 characters and an FNV hash, which Helm 
 {{- with .Values.clientLocality.ecsFrom }}
         client_ecs_from {{ join " " . }}
 {{- end }}
-{{- with .Values.explain.from }}
-        # Explanations (dig CH TXT) to these sources only: linkerd global reaches a replica
-        # through a port-forward, from the pod's loopback.
-        explain_from {{ join " " . }}
+{{- /* The plugin's default (contract.DefaultExplainFrom) is not rendered: the release before,
+which has no explain_from, then reads the default Corefile too. null (unset) is the default, [] is
+anyone. */}}
+{{- $from := .Values.explain.from }}
+{{- if kindIs "invalid" $from }}{{ $from = list "127.0.0.0/8" "::1/128" }}{{ end }}
+{{- $explainFrom := join " " ($from | default (list "0.0.0.0/0" "::/0")) }}
+{{- if ne $explainFrom "127.0.0.0/8 ::1/128" }}
+        explain_from {{ $explainFrom }}
 {{- end }}
 {{- if not .Values.writer.enabled }}
         endpointslices off

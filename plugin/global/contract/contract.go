@@ -65,6 +65,12 @@ const (
 // extension put Links (linkerd2 multicluster/cmd: --namespace's default).
 const DefaultLinksNamespace = "linkerd-multicluster"
 
+// DefaultExplainFrom are the sources that may ask for explanations unless explain_from says
+// otherwise: the loopback, where `linkerd global`'s port-forward connects from. The chart renders
+// explain_from only when its value differs, so that its default Corefile is one the release
+// before (which has no explain_from) accepts as well.
+func DefaultExplainFrom() []string { return []string{"127.0.0.0/8", "::1/128"} }
+
 // DefaultForwarders are the Services whose pods forward every client's queries (client_forwarders).
 func DefaultForwarders() []string { return []string{"kube-system/kube-dns"} }
 
