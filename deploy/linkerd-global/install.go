@@ -67,7 +67,8 @@ func newUninstallCmd(f *globalFlags) *cobra.Command {
 		Short: "Output Kubernetes resources to uninstall the global extension",
 		Long: `Output Kubernetes resources to uninstall the global extension: its Namespace (and with it
 everything in it) and the cluster-scoped objects that "linkerd global install" created, as found in
-the cluster by their labels. A Helm release's objects are not listed: "helm uninstall" them.`,
+the cluster by their labels. A Helm release's objects, its namespace included, are not listed:
+"helm uninstall" them.`,
 		Example: `  linkerd global uninstall | kubectl delete -f -`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			k, err := f.client()
@@ -91,7 +92,10 @@ the cluster by their labels. A Helm release's objects are not listed: "helm unin
 // render (chartKinds) that the API serves, cluster-scoped ones and those in other namespaces (the
 // Roles in the watched namespaces, with `namespaces`); what is in the Namespaces goes with them.
 func installed(ctx context.Context, k *kube) ([]manifest, error) {
-	nss, err := k.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: extensionLabel + "=" + extensionName})
+	// The Namespaces install made (namespaceManifest's labels): a Helm release's namespace, labelled
+	// linkerd.io/extension=global as install.md has Helm users do, holds the release's own records.
+	nss, err := k.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{
+		LabelSelector: extensionLabel + "=" + extensionName + ",app.kubernetes.io/part-of=" + partOf + ",app.kubernetes.io/managed-by=" + managedBy})
 	if err != nil {
 		return nil, err
 	}

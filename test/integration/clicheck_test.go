@@ -328,6 +328,14 @@ func (w *checkWorld) uninstall(t *testing.T) {
 	_, err := cp.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "helm-coredns-global-read",
 		Labels: map[string]string{"app.kubernetes.io/part-of": "coredns-global", "app.kubernetes.io/managed-by": "Helm"}}}, metav1.CreateOptions{})
 	testkit.Must(t, err)
+	// A Helm release's namespace, labelled for linkerd check as install.md says, with the
+	// release's record: not this CLI's either.
+	_, err = cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "helm-global",
+		Labels: map[string]string{"linkerd.io/extension": "global"}}}, metav1.CreateOptions{})
+	testkit.Must(t, err)
+	_, err = cp.Client.CoreV1().Secrets("helm-global").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.coredns-global.v1",
+		Labels: map[string]string{"owner": "helm", "name": "coredns-global"}}, Type: "helm.sh/release.v1"}, metav1.CreateOptions{})
+	testkit.Must(t, err)
 	examples := cliExamples(t)["uninstall"]
 	if len(examples) != 1 || !strings.HasPrefix(examples[0], "linkerd global uninstall | ") {
 		t.Fatalf("uninstall's examples: %q", examples)
@@ -358,5 +366,8 @@ func (w *checkWorld) uninstall(t *testing.T) {
 	}
 	if _, err := cp.Client.RbacV1().ClusterRoles().Get(ctx, "helm-coredns-global-read", metav1.GetOptions{}); err != nil {
 		t.Errorf("uninstall deleted another's ClusterRole: %v", err)
+	}
+	if ns, err := cp.Client.CoreV1().Namespaces().Get(ctx, "helm-global", metav1.GetOptions{}); err != nil || ns.DeletionTimestamp != nil {
+		t.Errorf("uninstall deleted a Helm release's namespace: %v", err)
 	}
 }
