@@ -120,6 +120,25 @@ func TestChartRendersTheKustomizations(t *testing.T) {
 		_, want := kustomize(t, c.kustomization)
 		// The chart leaves the namespace to `helm install --create-namespace`, as charts do.
 		delete(want, "Namespace/coredns-global")
+		// Kustomize names the ConfigMap by a hash of the Corefile, the chart rolls the pods by an
+		// annotation of it: bookkeeping both.
+		cm := want["ConfigMap/coredns-global"]
+		if cm == nil || cm.GetName() == "coredns-global" {
+			t.Fatalf("%s generates no ConfigMap coredns-global-<hash>: %v", c.kustomization, cm)
+		}
+		hashed := cm.GetName()
+		cm = cm.DeepCopy()
+		cm.SetName("coredns-global")
+		want["ConfigMap/coredns-global"] = cm
+		d := want["Deployment/coredns-global"].DeepCopy()
+		vols, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "volumes")
+		for _, v := range vols {
+			if ref, ok := v.(map[string]any)["configMap"].(map[string]any); ok && ref["name"] == hashed {
+				ref["name"] = "coredns-global"
+			}
+		}
+		testkit.Must(t, unstructured.SetNestedSlice(d.Object, vols, "spec", "template", "spec", "volumes"))
+		want["Deployment/coredns-global"] = d
 		var first map[string]any
 		for name, helm := range helms(t) {
 			args := renderFlags(t)
@@ -192,7 +211,7 @@ func TestChartValues(t *testing.T) {
 	if len(vars) == 0 || vars[0].(map[string]any)["expression"] != "'-all'" {
 		t.Errorf("the policy's variables: %v", vars)
 	}
-	if strings.Contains(readFile(t, repoPath(t, "deploy/base/configmap.yaml")), "service_suffix") {
+	if strings.Contains(readFile(t, repoPath(t, "deploy/base/Corefile")), "service_suffix") {
 		t.Error("deploy/base's Corefile sets service_suffix: its policy admits -global only")
 	}
 	// client_locality pod reads Pods; without it, nothing does.
@@ -513,6 +532,20 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 	}
 	t.Fatalf("%s has no command %q", doc, prefix)
 	return nil
+}
+
+// docBlock is the fenced block of doc (a path from the repository's root) that holds text.
+func docBlock(t *testing.T, doc, text string) string {
+	t.Helper()
+	parts := strings.Split(readFile(t, repoPath(t, doc)), "```")
+	for i := 1; i < len(parts); i += 2 { // the odd parts are inside fences
+		if block := parts[i]; strings.Contains(block, text) {
+			_, body, _ := strings.Cut(block, "\n") // the fence's info string
+			return body
+		}
+	}
+	t.Fatalf("%s has no block with %q", doc, text)
+	return ""
 }
 
 // makeVersion is how the docs name this build's version in a command.

@@ -2,8 +2,11 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -22,12 +25,37 @@ import (
 )
 
 // kustomize runs `kubectl kustomize` on a deploy/ directory and returns the objects, by kind/name.
+//
+// The ConfigMap kustomize generates (named coredns-global-<hash of its content>) is keyed by its
+// generator's name, ConfigMap/coredns-global; the object keeps its name.
 func kustomize(t *testing.T, dir string) (string, map[string]*unstructured.Unstructured) {
 	t.Helper()
 	root := repoPath(t)
 	out := harness.RunKubectl(t, nil, "", "kustomize", filepath.Join(root, dir))
-	return out, objectsOf(t, out)
+	objs := objectsOf(t, out)
+	for k, o := range objs {
+		if base, ok := generatedName(o); ok {
+			delete(objs, k)
+			objs["ConfigMap/"+base] = o
+		}
+	}
+	return out, objs
 }
+
+// generatedName is the generator's name of a ConfigMap kustomize generated: its name without the
+// "-<hash>" of its content.
+func generatedName(o *unstructured.Unstructured) (string, bool) {
+	name := o.GetName()
+	i := strings.LastIndexByte(name, '-')
+	if o.GetKind() != "ConfigMap" || i < 0 || !kustomizeHash.MatchString(name[i+1:]) {
+		return "", false
+	}
+	return name[:i], true
+}
+
+// kustomizeHash is the suffix kustomize gives a generated object: ten characters of an alphabet
+// without vowels (sigs.k8s.io/kustomize/api/hasher).
+var kustomizeHash = regexp.MustCompile(`^[2456789bcdfghkmt]{10}$`)
 
 // objectsOf parses a stream of YAML documents into objects, by kind/name.
 func objectsOf(t *testing.T, stream string) map[string]*unstructured.Unstructured {
@@ -175,6 +203,71 @@ func TestPodSecurityRestricted(t *testing.T) {
 		pod.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptrTo(true)
 		if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, dryRun); err == nil || !strings.Contains(err.Error(), `violates PodSecurity "restricted`) {
 			t.Errorf("%s: a pod with privilege escalation is admitted under restricted: %v", name, err)
+		}
+	}
+}
+
+// TestOptionChangeRollsThePods: an option changed as docs/install.md says, through kustomize, the
+// CLI or Helm, changes the Deployment's pod template, so the pods roll onto it (no `reload` in the
+// Corefile: a replica runs the Corefile it started with).
+func TestOptionChangeRollsThePods(t *testing.T) {
+	t.Parallel()
+	template := func(objs map[string]*unstructured.Unstructured) string {
+		b, err := json.Marshal(objs["Deployment/coredns-global"].Object["spec"].(map[string]any)["template"])
+		testkit.Must(t, err)
+		return string(b)
+	}
+	corefile := func(objs map[string]*unstructured.Unstructured) string {
+		return objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	}
+	const line = "        cluster east\n"
+
+	// Kustomize: an overlay replacing the generated ConfigMap's Corefile, as install.md shows.
+	_, base := kustomize(t, "deploy/base")
+	// Kustomize takes no absolute base: the overlay two levels below a copy of deploy/base.
+	root := t.TempDir()
+	entries, err := os.ReadDir(repoPath(t, "deploy/base"))
+	testkit.Must(t, err)
+	testkit.Must(t, os.MkdirAll(filepath.Join(root, "deploy/base"), 0o755))
+	for _, e := range entries {
+		testkit.Must(t, os.WriteFile(filepath.Join(root, "deploy/base", e.Name()), []byte(readFile(t, repoPath(t, "deploy/base", e.Name()))), 0o644))
+	}
+	dir := filepath.Join(root, "clusters", "east")
+	testkit.Must(t, os.MkdirAll(dir, 0o755))
+	testkit.Must(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(docBlock(t, "docs/install.md", "configMapGenerator:")), 0o644))
+	edited := strings.Replace(readFile(t, repoPath(t, "deploy/base/Corefile")), "    global {\n", "    global {\n"+line, 1)
+	testkit.Must(t, os.WriteFile(filepath.Join(dir, "Corefile"), []byte(edited), 0o644))
+	out := harness.RunKubectl(t, nil, "", "kustomize", dir)
+	changed := objectsOf(t, out)
+	var cms []string
+	for k, o := range changed {
+		if o.GetKind() == "ConfigMap" && strings.HasPrefix(k, "ConfigMap/coredns-global-") && k != "ConfigMap/coredns-global-metrics" {
+			cms = append(cms, o.GetName())
+			changed["ConfigMap/coredns-global"] = o
+		}
+	}
+	if len(cms) != 1 || !strings.Contains(corefile(changed), line) || template(changed) == template(base) || !strings.Contains(template(changed), cms[0]) {
+		t.Errorf("kustomize: the overlay's ConfigMaps %v; the pod template changed: %t", cms, template(changed) != template(base))
+	}
+
+	// The CLI and Helm: a value changed changes the Corefile's checksum in the pod template.
+	render := map[string]func(set string) map[string]*unstructured.Unstructured{
+		"linkerd global install": func(set string) map[string]*unstructured.Unstructured {
+			out, stderr, code := cli(t, nil, "", "install", "--set", set)
+			if code != 0 {
+				t.Fatalf("linkerd global install --set %s: %s", set, stderr)
+			}
+			return objectsOf(t, out)
+		},
+		"helm": func(set string) map[string]*unstructured.Unstructured {
+			_, objs := helmTemplate(t, helms(t)["helm4"], "--set", set)
+			return objs
+		},
+	}
+	for name, r := range render {
+		before, after := r("clusterName=east"), r("clusterName=east,explain.from={10.0.0.0/8}")
+		if corefile(before) == corefile(after) || template(before) == template(after) {
+			t.Errorf("%s: explain.from changed the Corefile: %t, the pod template: %t", name, corefile(before) != corefile(after), template(before) != template(after))
 		}
 	}
 }

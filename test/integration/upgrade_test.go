@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 )
 
 // release is a build of the plugin: its version, the image that holds it, its coredns and its chart.
@@ -375,12 +374,11 @@ func TestDefaultsRunSideBySide(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("linkerd global install: %d %s", code, stderr)
 	}
-	var base unstructured.Unstructured
-	testkit.Must(t, yaml.Unmarshal([]byte(readFile(t, repoPath(t, "deploy/base/configmap.yaml"))), &base.Object))
+	_, base := kustomize(t, "deploy/base")
 	renders := map[string]string{
 		"the chart":              corefileOf(chart),
 		"linkerd global install": corefileOf(objectsOf(t, installed)),
-		"deploy/base":            base.Object["data"].(map[string]any)["Corefile"].(string),
+		"deploy/base":            corefileOf(base),
 	}
 	// A token the API server refuses: the replica parses its Corefile, starts and writes nothing.
 	kubeconfig, err := cp.KubeconfigFor("not-a-token")
