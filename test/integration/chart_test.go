@@ -476,6 +476,21 @@ func TestChartInstall(t *testing.T) {
 		!strings.Contains(notes, "port-forward deploy/coredns-global 5353 &\n    dig @127.0.0.1 -p 5353 +tcp CH TXT global") {
 		t.Errorf("upgrade notes (service %s):\n%s", svc.Spec.ClusterIP, notes)
 	}
+	// To ecs and back to node, as install.md says: the values given before are reused, ecsFrom
+	// unset with null.
+	corefileNow := func() string {
+		cm, err := admin.CoreV1().ConfigMaps("coredns-global").Get(ctx, "coredns-global", metav1.GetOptions{})
+		testkit.Must(t, err)
+		return cm.Data["Corefile"]
+	}
+	harness.RunHelm(t, h["helm4"], cp, append(slices.Clone(upgrade), "--reset-then-reuse-values", "--set", "clientLocality.sources={ecs}", "--set", "clientLocality.ecsFrom={10.0.0.0/8}")...)
+	if c := corefileNow(); !strings.Contains(c, "client_locality ecs\n") || !strings.Contains(c, "client_ecs_from 10.0.0.0/8\n") {
+		t.Errorf("upgraded to ecs, the Corefile:\n%s", c)
+	}
+	harness.RunHelm(t, h["helm4"], cp, docCommand(t, "docs/install.md", "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --set clientLocality.sources=")...)
+	if c := corefileNow(); !strings.Contains(c, "client_locality node\n") || strings.Contains(c, "client_ecs_from") {
+		t.Errorf("back to node, the Corefile:\n%s", c)
+	}
 	replicas := startRelease(t, cp, "coredns-global", "coredns-global", 2)
 	for _, c := range replicas {
 		harness.Eventually(t, "the local pods and west's", func() error { return answers(t, c, "foo.db.global.", 4) })
