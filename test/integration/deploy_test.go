@@ -175,7 +175,12 @@ func TestPodSecurityRestricted(t *testing.T) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	pc, err := c.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "coredns-global"}, Value: 1000}, metav1.CreateOptions{})
+	// The overlay's own, so that a render applied beside this test (TestCLIRendersTheChart's dry
+	// run) finds its PriorityClass as it would make it: a value may not change.
+	_, ha := kustomize(t, "deploy/overlays/ha")
+	haClass := as[schedulingv1.PriorityClass](t, ha["PriorityClass/coredns-global"])
+	pc, err := c.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: haClass.Name}, Value: haClass.Value,
+		GlobalDefault: haClass.GlobalDefault, Description: haClass.Description, PreemptionPolicy: haClass.PreemptionPolicy}, metav1.CreateOptions{})
 	if err == nil {
 		t.Cleanup(func() { _ = c.SchedulingV1().PriorityClasses().Delete(ctx, pc.Name, metav1.DeleteOptions{}) })
 	} else if !apierrors.IsAlreadyExists(err) {
@@ -183,7 +188,6 @@ func TestPodSecurityRestricted(t *testing.T) {
 	}
 
 	helm := helms(t)["helm4"]
-	_, ha := kustomize(t, "deploy/overlays/ha")
 	_, chart := helmTemplate(t, helm)
 	_, chartHA := helmTemplate(t, helm, "--values", chartPath(t, "values-ha.yaml"))
 	_, chartAll := helmTemplate(t, helm, "--set", "clusterName=east,clientLocality.sources={ecs,node,pod},clientLocality.ecsFrom={dns/ecs},networkPolicy.enabled=true,podAntiAffinity=node",
