@@ -23,7 +23,8 @@ LDFLAGS := -s -w -X github.com/coredns/coredns/coremain.GitCommit=$(VERSION)
 IMAGE_REPO ?= ghcr.io/globaldns/coredns-global
 IMAGE_TAG  ?= $(VERSION)
 IMAGE      ?= $(IMAGE_REPO):$(IMAGE_TAG)
-CLI_LDFLAGS := -s -w -X main.version=$(VERSION) -X main.image=$(IMAGE)
+# The CLI's check warns of a Kubernetes outside K8S_TESTED (below; hence = not :=).
+CLI_LDFLAGS = -s -w -X main.version=$(VERSION) -X main.image=$(IMAGE) -X "main.kubernetesTested=$(K8S_TESTED)"
 
 # The pinned control plane: versions come from the tool modules' go.mod files. `make test-k8s
 # K8S=1.30.14` builds another Kubernetes release's the same way, from a module generated beside its
@@ -260,11 +261,12 @@ testbins:
 
 # The integration suite (and the harness's own tests) against another Kubernetes release's control
 # plane, K8S=<version> from the module proxy (make test-k8s K8S=1.30.14), built once like the pinned
-# one and cached beside it. The chart's kubeVersion states the releases run so (docs/install.md).
+# one and cached beside it. The chart's kubeVersion states the oldest (docs/install.md).
 K8S ?=
 # The oldest and the newest Kubernetes releases make test-k8s passed with (the module proxy serves
 # k8s.io/kubernetes 1.29.6 and later; 1.30 is the first with admissionregistration.k8s.io/v1): the
-# chart's kubeVersion and docs/install.md state this range, no wider (TestKubernetesRange).
+# chart's kubeVersion needs the oldest, docs/install.md states the range, and linkerd global check
+# warns outside it (TestKubernetesRange).
 K8S_TESTED := v1.30.14 v1.37.2
 export GLOBAL_K8S_TESTED := $(K8S_TESTED)
 test-k8s: build release-files previous helm promtool testbins dig

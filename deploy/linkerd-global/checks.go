@@ -10,6 +10,7 @@ import (
 	"github.com/globaldns/global/plugin/global/contract"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeversion "k8s.io/apimachinery/pkg/util/version"
 )
 
 // The categories, as `linkerd check` prints them.
@@ -69,7 +70,37 @@ func (hc *healthChecker) apiChecks() []checker {
 			_, err := hc.k.client.Discovery().ServerVersion()
 			return err
 		}},
+		{description: "the Kubernetes version is one this release was tested on", hintAnchor: "gdns-k8s-version", warning: true, check: hc.checkKubernetesVersion},
 	}
+}
+
+// kubernetesTested is the oldest and the newest Kubernetes release `make test-k8s` passed on, as
+// the Makefile's K8S_TESTED names them ("v1.30.14 v1.37.2"), set at build time. The chart states
+// only the lowest version it needs: a newer Kubernetes is warned of here, never refused, so that
+// upgrading the cluster blocks no `helm upgrade`.
+var kubernetesTested = ""
+
+// checkKubernetesVersion warns when the API server's minor release is outside kubernetesTested.
+func (hc *healthChecker) checkKubernetesVersion(context.Context) error {
+	tested := strings.Fields(kubernetesTested)
+	if len(tested) != 2 {
+		return errSkip // a build that does not know its range (go build, not make)
+	}
+	info, err := hc.k.client.Discovery().ServerVersion()
+	if err != nil {
+		return err
+	}
+	server, err := kubeversion.ParseGeneric(info.GitVersion)
+	if err != nil {
+		return fmt.Errorf("the API server's version %q: %w", info.GitVersion, err)
+	}
+	oldest, newest := kubeversion.MustParseGeneric(tested[0]), kubeversion.MustParseGeneric(tested[1])
+	minor := func(v *kubeversion.Version) [2]uint { return [2]uint{v.Major(), v.Minor()} }
+	if m := minor(server); m[0] != minor(oldest)[0] || m[1] < minor(oldest)[1] || m[1] > minor(newest)[1] {
+		return fmt.Errorf("Kubernetes %s: this release was tested on %d.%d to %d.%d (%s and %s); it may work, but nothing here says so",
+			info.GitVersion, oldest.Major(), oldest.Minor(), newest.Major(), newest.Minor(), tested[0], tested[1])
+	}
+	return nil
 }
 
 func (hc *healthChecker) checkNamespace(ctx context.Context) (err error) {

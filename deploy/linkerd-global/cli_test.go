@@ -17,6 +17,9 @@ import (
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/test/testkit"
 
+	k8sversion "k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 )
 
@@ -206,6 +209,31 @@ func TestCheckOutput(t *testing.T) {
 	testkit.Must(t, json.Unmarshal(b.Bytes(), &out))
 	if !out.Success || len(out.Categories) != 1 || len(out.Categories[0].Checks) != 2 || out.Categories[0].Checks[1].Result != "warning" {
 		t.Errorf("json:\n%s", b.String())
+	}
+}
+
+// TestKubernetesVersionCheck: a minor release outside the tested range is warned of, one inside
+// passes, and a build that does not know its range skips the check.
+func TestKubernetesVersionCheck(t *testing.T) {
+	defer func(v string) { kubernetesTested = v }(kubernetesTested)
+	for _, tc := range []struct {
+		tested, server string
+		want           error // nil: passes; errSkip; else any other error
+	}{
+		{"v1.30.14 v1.37.2", "v1.30.0", nil},
+		{"v1.30.14 v1.37.2", "v1.37.9+k3s1", nil},
+		{"v1.30.14 v1.37.2", "v1.38.0", errors.New("warned")},
+		{"v1.30.14 v1.37.2", "v1.29.15-eks-1234", errors.New("warned")},
+		{"", "v1.38.0", errSkip},
+	} {
+		kubernetesTested = tc.tested
+		cs := fake.NewClientset()
+		cs.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &k8sversion.Info{GitVersion: tc.server}
+		hc := &healthChecker{k: &kube{client: cs}}
+		err := hc.checkKubernetesVersion(context.Background())
+		if (err == nil) != (tc.want == nil) || (tc.want == errSkip) != errors.Is(err, errSkip) {
+			t.Errorf("tested %q, server %s: %v", tc.tested, tc.server, err)
+		}
 	}
 }
 
