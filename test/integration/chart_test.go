@@ -488,7 +488,7 @@ func TestChartInstall(t *testing.T) {
 	if c := corefileNow(); !strings.Contains(c, "client_locality ecs\n") || !strings.Contains(c, "client_ecs_from 10.0.0.0/8\n") {
 		t.Errorf("upgraded to ecs, the Corefile:\n%s", c)
 	}
-	harness.RunHelm(t, h["helm4"], cp, docCommand(t, "docs/install.md", "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --set clientLocality.sources=")...)
+	harness.RunHelm(t, h["helm4"], cp, docCommand(t, "docs/install.md", "helm upgrade coredns-global deploy/chart --namespace coredns-global --reset-then-reuse-values --set 'clientLocality.sources=")...)
 	if c := corefileNow(); !strings.Contains(c, "client_locality node\n") || strings.Contains(c, "client_ecs_from") {
 		t.Errorf("back to node, the Corefile:\n%s", c)
 	}
@@ -539,6 +539,11 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 			}
 			args := strings.Fields(line)[1:]
 			for i, a := range args {
+				// A word the shell would unquote ('{a,b}'); the docs quote no spaces.
+				if len(a) > 1 && a[0] == '\'' && a[len(a)-1] == '\'' {
+					a = a[1 : len(a)-1]
+					args[i] = a
+				}
 				if _, err := os.Stat(filepath.Join(root, a)); err == nil && strings.HasPrefix(a, "deploy/") {
 					args[i] = filepath.Join(root, a)
 				}
