@@ -210,13 +210,14 @@ func tailFile(path string, n int) string {
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ls, err := listenFree(1, false)
-	closeAll(ls)
+func freePort() (int, error) { return first(pickPorts(1, false)) }
+
+// first is the first of ports.
+func first(ports []int, err error) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return ls[0].Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // handedOut are the ports given to this test binary's processes. A port is free again once the
@@ -268,13 +269,17 @@ func candidatePort() int {
 	}
 }
 
-// listenFree listens on n ports of 127.0.0.1 that were free, TCP (and, with udp, UDP on the
-// same port too, whose listener it closes); the caller closes the TCP listeners.
-func listenFree(n int, udp bool) ([]net.Listener, error) {
+// pickPorts returns n distinct ports of 127.0.0.1 free over TCP (and, with udp, over UDP too) a
+// moment ago: their listeners are kept open until all are found.
+func pickPorts(n int, udp bool) ([]int, error) {
 	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
 	for tries := 0; len(ls) < n; tries++ {
 		if tries == 5000 {
-			closeAll(ls)
 			return nil, errors.New("pick a free port: none free below the ephemeral range")
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(candidatePort())
@@ -292,13 +297,11 @@ func listenFree(n int, udp bool) ([]net.Listener, error) {
 		}
 		ls = append(ls, l)
 	}
-	return ls, nil
-}
-
-func closeAll(ls []net.Listener) {
-	for _, l := range ls {
-		l.Close()
+	ports := make([]int, n)
+	for i, l := range ls {
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
+	return ports, nil
 }
 
 // FreeAddr returns a loopback address whose TCP and UDP ports are both free right now, for a
@@ -309,28 +312,10 @@ func FreeAddr() (string, error) {
 }
 
 // freeDNSPort is a port of 127.0.0.1 free over TCP and UDP a moment ago.
-func freeDNSPort() (int, error) {
-	ls, err := listenFree(1, true)
-	closeAll(ls)
-	if err != nil {
-		return 0, err
-	}
-	return ls[0].Addr().(*net.TCPAddr).Port, nil
-}
+func freeDNSPort() (int, error) { return first(pickPorts(1, true)) }
 
 // freePorts returns n distinct free ports.
-func freePorts(n int) ([]int, error) {
-	ls, err := listenFree(n, false)
-	closeAll(ls)
-	if err != nil {
-		return nil, err
-	}
-	ports := make([]int, n)
-	for i, l := range ls {
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}
+func freePorts(n int) ([]int, error) { return pickPorts(n, false) }
 
 // outMu serialises writes of all processes to shared Out writers.
 var outMu sync.Mutex
