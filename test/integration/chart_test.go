@@ -615,17 +615,30 @@ func kubeconfigOf(t *testing.T, cp *harness.ControlPlane, ns, name string) strin
 func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int, opts ...harness.CoreDNSOption) []*harness.CoreDNS {
 	t.Helper()
 	ctx := context.Background()
-	cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-	testkit.Must(t, err)
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	testkit.Must(t, err)
 	env := podEnv(ns, kubeconfigOf(t, cp, ns, name), d.Spec.Template.Spec.Containers[0])
-	tmpl := localize(cm.Data["Corefile"], repoPath(t))
+	tmpl := localize(mountedCorefile(t, cp, ns, d.Spec.Template.Spec), repoPath(t))
 	var out []*harness.CoreDNS
 	for range n {
 		out = append(out, harness.StartCoreDNS(t, nil, tmpl, append([]harness.CoreDNSOption{harness.WithEnv(env...)}, opts...)...))
 	}
 	return out
+}
+
+// mountedCorefile is the Corefile of the ConfigMap a pod of spec in namespace ns mounts (kustomize's
+// is coredns-global-<hash>).
+func mountedCorefile(t *testing.T, cp *harness.ControlPlane, ns string, spec corev1.PodSpec) string {
+	t.Helper()
+	for _, v := range spec.Volumes {
+		if v.ConfigMap != nil {
+			cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), v.ConfigMap.Name, metav1.GetOptions{})
+			testkit.Must(t, err)
+			return cm.Data["Corefile"]
+		}
+	}
+	t.Fatal("the pod mounts no ConfigMap")
+	return ""
 }
 
 // podEnv is the environment of container ctr in a pod of namespace ns, reaching the API server

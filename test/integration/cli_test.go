@@ -165,14 +165,13 @@ func startReplicasVia(t *testing.T, cp *harness.ControlPlane, p *harness.Proxy, 
 	testkit.Must(t, err)
 	kubeconfig, err := cp.KubeconfigVia(p, tr.Status.Token)
 	testkit.Must(t, err)
-	cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-	testkit.Must(t, err)
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	testkit.Must(t, err)
 	env := podEnv(ns, kubeconfig, d.Spec.Template.Spec.Containers[0])
+	corefile := mountedCorefile(t, cp, ns, d.Spec.Template.Spec)
 	var out []*harness.CoreDNS
 	for range n {
-		out = append(out, harness.StartCoreDNS(t, nil, localize(cm.Data["Corefile"], repoPath(t)), harness.WithEnv(env...)))
+		out = append(out, harness.StartCoreDNS(t, nil, localize(corefile, repoPath(t)), harness.WithEnv(env...)))
 	}
 	return out
 }
