@@ -45,8 +45,6 @@ const (
 	writerWorkers = 4
 )
 
-// defaults is the plugin as a stanza without options configures it, but for the contract's options
-// (contract.Defaults, handed over by adopt).
 // defaultExplainFrom is contract.DefaultExplainFrom, read as explain_from reads its arguments.
 var defaultExplainFrom = func() networks {
 	ns, err := contract.Networks("explain_from", contract.DefaultExplainFrom())
@@ -56,6 +54,8 @@ var defaultExplainFrom = func() networks {
 	return ns
 }()
 
+// defaults is the plugin as a stanza without options configures it, but for the contract's options
+// (contract.Defaults, handed over by adopt).
 func defaults(zones []string) *Global {
 	return &Global{
 		Zones:          zones,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/test/harness"
 	"github.com/globaldns/global/test/testkit"
 
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // release is a build of the plugin: its version, the image that holds it, its coredns and its chart.
@@ -369,6 +371,14 @@ func TestDefaultsRunSideBySide(t *testing.T) {
 	}
 	if _, objs := helmTemplate(t, helm, "--set-json", "explain.from=[]"); !strings.Contains(corefileOf(objs), "explain_from 0.0.0.0/0 ::/0\n") {
 		t.Errorf("--set-json explain.from=[]: the Corefile:\n%s", corefileOf(objs))
+	}
+	// The chart's default is the plugin's, which it leaves unrendered.
+	var values struct {
+		Explain struct{ From []string } `json:"explain"`
+	}
+	testkit.Must(t, yaml.Unmarshal([]byte(readFile(t, chartPath(t, "values.yaml"))), &values))
+	if want := contract.DefaultExplainFrom(); !slices.Equal(values.Explain.From, want) || strings.Contains(corefileOf(chart), "explain_from") {
+		t.Errorf("values.yaml's explain.from %q, the plugin's default %q; the default Corefile renders it: %t", values.Explain.From, want, strings.Contains(corefileOf(chart), "explain_from"))
 	}
 	installed, stderr, code := cli(t, nil, "", "install", "--set", "clusterName=east")
 	if code != 0 {
