@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -189,7 +190,7 @@ func TestChartValues(t *testing.T) {
 		"--set", "extraConfig.server=log,extraConfig.plugin=ttl 10",
 		"--set", "monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true",
 		"--set", "clientLocality.sources={node,pod},clientLocality.forwarders={kube-system/coredns}")
-	corefile := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	corefile := corefileOf(objs)
 	for _, line := range []string{
 		"global:5353 clusterset.local:5353 {", "    bufsize 1232\n", "    log\n", "global global clusterset.local {", "cluster {$CLUSTER_NAME}",
 		"locality east region=us-east-1 zone=us-east-1a", "locality west zone=us-east-1b", "names mcs clusterset.local",
@@ -261,7 +262,7 @@ func TestChartValues(t *testing.T) {
 
 	// Writer off: DNS only, and no write rule, no Lease rule.
 	_, objs = helmTemplate(t, helm, "--set", "writer.enabled=false")
-	if c := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string); !strings.Contains(c, "endpointslices off") || strings.Contains(c, "owner ") {
+	if c := corefileOf(objs); !strings.Contains(c, "endpointslices off") || strings.Contains(c, "owner ") {
 		t.Errorf("writer off, the Corefile:\n%s", c)
 	}
 	for _, k := range []string{"ClusterRole/coredns-global-write", "ClusterRoleBinding/coredns-global-write", "Role/coredns-global-lease", "RoleBinding/coredns-global-lease",
@@ -618,7 +619,9 @@ func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	testkit.Must(t, err)
 	env := podEnv(ns, kubeconfigOf(t, cp, ns, name), d.Spec.Template.Spec.Containers[0])
-	tmpl := localize(mountedCorefile(t, cp, ns, d.Spec.Template.Spec), repoPath(t))
+	corefile, err := mountedCorefile(cp, ns, d.Spec.Template.Spec)
+	testkit.Must(t, err)
+	tmpl := localize(corefile, repoPath(t))
 	var out []*harness.CoreDNS
 	for range n {
 		out = append(out, harness.StartCoreDNS(t, nil, tmpl, append([]harness.CoreDNSOption{harness.WithEnv(env...)}, opts...)...))
@@ -626,19 +629,24 @@ func startRelease(t *testing.T, cp *harness.ControlPlane, ns, name string, n int
 	return out
 }
 
+// corefileOf is the Corefile of the ConfigMap coredns-global of objs (a render, by kind/name).
+func corefileOf(objs map[string]*unstructured.Unstructured) string {
+	return objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+}
+
 // mountedCorefile is the Corefile of the ConfigMap a pod of spec in namespace ns mounts (kustomize's
 // is coredns-global-<hash>).
-func mountedCorefile(t *testing.T, cp *harness.ControlPlane, ns string, spec corev1.PodSpec) string {
-	t.Helper()
+func mountedCorefile(cp *harness.ControlPlane, ns string, spec corev1.PodSpec) (string, error) {
 	for _, v := range spec.Volumes {
 		if v.ConfigMap != nil {
 			cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), v.ConfigMap.Name, metav1.GetOptions{})
-			testkit.Must(t, err)
-			return cm.Data["Corefile"]
+			if err != nil {
+				return "", err
+			}
+			return cm.Data["Corefile"], nil
 		}
 	}
-	t.Fatal("the pod mounts no ConfigMap")
-	return ""
+	return "", errors.New("the pod mounts no ConfigMap")
 }
 
 // podEnv is the environment of container ctr in a pod of namespace ns, reaching the API server
@@ -739,7 +747,7 @@ func TestChartRBAC(t *testing.T) {
 	if r := rules["Role/coredns-global kube-system"]; len(r) != 1 || !has(r, "endpointslices") || !strings.Contains(r[0], `"verbs":["list","watch"]`) {
 		t.Errorf("with namespaces, the forwarders' Role: %v", r)
 	}
-	c := namespaced["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	c := corefileOf(namespaced)
 	if !strings.Contains(c, "        namespaces db cache\n") {
 		t.Errorf("the Corefile with namespaces:\n%s", c)
 	}
@@ -810,7 +818,7 @@ func TestChartGrantsTheContract(t *testing.T) {
 			args = []string{"--set", values}
 		}
 		stream, objs := helmTemplate(t, helm, args...)
-		corefile := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+		corefile := corefileOf(objs)
 		blocks, err := caddyfile.Parse("Corefile", strings.NewReader(corefile), nil)
 		testkit.Must(t, err)
 		var ts []contract.Token

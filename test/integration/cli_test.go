@@ -168,7 +168,8 @@ func startReplicasVia(t *testing.T, cp *harness.ControlPlane, p *harness.Proxy, 
 	d, err := cp.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 	testkit.Must(t, err)
 	env := podEnv(ns, kubeconfig, d.Spec.Template.Spec.Containers[0])
-	corefile := mountedCorefile(t, cp, ns, d.Spec.Template.Spec)
+	corefile, err := mountedCorefile(cp, ns, d.Spec.Template.Spec)
+	testkit.Must(t, err)
 	var out []*harness.CoreDNS
 	for range n {
 		out = append(out, harness.StartCoreDNS(t, nil, localize(corefile, repoPath(t)), harness.WithEnv(env...)))

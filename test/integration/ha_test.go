@@ -38,7 +38,7 @@ func TestHA(t *testing.T) {
 	// The rendered manifests, applied for real (no kubelet runs their pods here).
 	rendered, objs := kustomize(t, "deploy/overlays/ha")
 	harness.RunKubectl(t, cp, rendered, "apply", "-f", "-", "--server-side")
-	corefileText := objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
+	corefileText := corefileOf(objs)
 	const deployNS = "coredns-global"
 	// The Corefile names no cluster: the ClusterProperty does, as install.md tells kustomize users.
 	nameCluster(t, cp, "east", "west", "north", "south")

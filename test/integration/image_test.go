@@ -94,14 +94,19 @@ func readImageArchive(t *testing.T, path string) imageArchive {
 	}
 }
 
-// sha256Of is the hex SHA-256 of what r reads, hashed 64 KiB at a time: the hash of tens of MB in
-// one call does not yield, and the test binary's other goroutines (the query load of the tests
-// beside this one) would wait for it.
+// copyInPieces copies r to w 64 KiB at a time: a copy or a hash of tens of MB in one call does not
+// yield, and the test binary's other goroutines (the query load of the tests beside this one)
+// would wait for it.
+func copyInPieces(w io.Writer, r io.Reader) error {
+	_, err := io.CopyBuffer(w, struct{ io.Reader }{r}, make([]byte, 64<<10)) // no WriterTo: in pieces
+	return err
+}
+
+// sha256Of is the hex SHA-256 of what r reads, hashed as copyInPieces copies.
 func sha256Of(t *testing.T, r io.Reader) string {
 	t.Helper()
 	h := sha256.New()
-	_, err := io.CopyBuffer(h, struct{ io.Reader }{r}, make([]byte, 64<<10))
-	testkit.Must(t, err)
+	testkit.Must(t, copyInPieces(h, r))
 	return hex.EncodeToString(h.Sum(nil))
 }
 
@@ -246,8 +251,7 @@ func TestImage(t *testing.T) {
 						f.path = filepath.Join(tmp, "coredns-"+p.Architecture)
 						out, err := os.OpenFile(f.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
 						testkit.Must(t, err)
-						_, err = io.CopyBuffer(out, struct{ io.Reader }{tr}, make([]byte, 64<<10))
-						testkit.Must(t, errors.Join(err, out.Close()))
+						testkit.Must(t, errors.Join(copyInPieces(out, tr), out.Close()))
 					} else {
 						f.body = make([]byte, h.Size)
 						_, err = io.ReadFull(tr, f.body)

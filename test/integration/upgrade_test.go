@@ -19,7 +19,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -259,18 +258,12 @@ func runPod(t *testing.T, cp *harness.ControlPlane, ns string, images map[string
 		if !ok {
 			return nil, fmt.Errorf("no binary for image %s (ErrImagePull)", ctr.Image)
 		}
-		cmName := ""
-		for _, v := range p.Spec.Volumes {
-			if v.ConfigMap != nil {
-				cmName = v.ConfigMap.Name
-			}
-		}
-		cm, err := cp.Client.CoreV1().ConfigMaps(ns).Get(context.Background(), cmName, metav1.GetOptions{})
+		corefile, err := mountedCorefile(cp, ns, p.Spec)
 		if err != nil {
 			return nil, err
 		}
 		env := podEnv(ns, kubeconfigOf(t, cp, ns, p.Spec.ServiceAccountName), ctr)
-		return harness.StartCoreDNS(t, nil, localize(cm.Data["Corefile"], repoPath(t)), harness.WithEnv(env...), harness.WithBinary(bin)), nil
+		return harness.StartCoreDNS(t, nil, localize(corefile, repoPath(t)), harness.WithEnv(env...), harness.WithBinary(bin)), nil
 	}
 }
 
@@ -357,9 +350,6 @@ func writtenVersions(t *testing.T, cp *harness.ControlPlane) map[string]string {
 func TestDefaultsRunSideBySide(t *testing.T) {
 	t.Parallel()
 	prev := previousRelease(t)
-	corefileOf := func(objs map[string]*unstructured.Unstructured) string {
-		return objs["ConfigMap/coredns-global"].Object["data"].(map[string]any)["Corefile"].(string)
-	}
 	helm := helms(t)["helm4"]
 	_, chart := helmTemplate(t, helm)
 	// The notes' way to unset a value of a new option, before going back: null renders the
