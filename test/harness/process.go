@@ -236,8 +236,8 @@ var (
 // given it binds it.
 const lowestPort = 10000
 
-// ephemeralStart is the first port of the kernel's ephemeral range.
-func ephemeralStart() int {
+// ephemeralStart is the first port of the kernel's ephemeral range, read once.
+var ephemeralStart = sync.OnceValue(func() int {
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
 			if n, err := strconv.Atoi(f[0]); err == nil && n > lowestPort+1000 {
@@ -246,11 +246,11 @@ func ephemeralStart() int {
 		}
 	}
 	return 32768
-}
+})
 
 // candidatePort is the next port to try, in turn from a random start, so that test binaries
-// running beside each other mostly try different ports.
-func candidatePort() int {
+// running beside each other mostly try different ports; false once every one was handed out.
+func candidatePort() (int, bool) {
 	handedOutMu.Lock()
 	defer handedOutMu.Unlock()
 	span := ephemeralStart() - lowestPort
@@ -259,14 +259,15 @@ func candidatePort() int {
 		_, _ = rand.Read(b[:])
 		nextPort = lowestPort + (int(b[0])<<8|int(b[1]))%span
 	}
-	for {
+	for range span {
 		p := nextPort
 		nextPort = lowestPort + (nextPort-lowestPort+1)%span
 		if !handedOut[p] {
 			handedOut[p] = true
-			return p
+			return p, true
 		}
 	}
+	return 0, false
 }
 
 // pickPorts returns n distinct ports of 127.0.0.1 free over TCP (and, with udp, over UDP too) a
@@ -279,10 +280,11 @@ func pickPorts(n int, udp bool) ([]int, error) {
 		}
 	}()
 	for tries := 0; len(ls) < n; tries++ {
-		if tries == 5000 {
+		port, ok := candidatePort()
+		if !ok || tries == 5000 {
 			return nil, errors.New("pick a free port: none free below the ephemeral range")
 		}
-		addr := "127.0.0.1:" + strconv.Itoa(candidatePort())
+		addr := "127.0.0.1:" + strconv.Itoa(port)
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue
