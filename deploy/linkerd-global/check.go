@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	k8sversion "k8s.io/apimachinery/pkg/version"
 )
 
 // checkOptions are check's own flags: Linkerd's (-o, --pre, --proxy, --wait, -n) and how to reach DNS.
@@ -105,6 +106,7 @@ type healthChecker struct {
 	opts  *checkOptions
 
 	k       *kube
+	server  *k8sversion.Info // the API server's version, as "can query the Kubernetes API" read it
 	ns      string
 	in      *installation
 	apexes  map[string]line // pod (or --dns-addr) -> the first line of its apex explanation

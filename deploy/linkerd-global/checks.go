@@ -66,8 +66,8 @@ func (hc *healthChecker) apiChecks() []checker {
 			hc.k, err = hc.flags.client()
 			return err
 		}},
-		{description: "can query the Kubernetes API", hintAnchor: "gdns-k8s-api", fatal: true, check: func(context.Context) error {
-			_, err := hc.k.client.Discovery().ServerVersion()
+		{description: "can query the Kubernetes API", hintAnchor: "gdns-k8s-api", fatal: true, check: func(context.Context) (err error) {
+			hc.server, err = hc.k.client.Discovery().ServerVersion()
 			return err
 		}},
 		{description: "the Kubernetes version is one this release was tested on", hintAnchor: "gdns-k8s-version", warning: true, check: hc.checkKubernetesVersion},
@@ -80,25 +80,22 @@ func (hc *healthChecker) apiChecks() []checker {
 // upgrading the cluster blocks no `helm upgrade`.
 var kubernetesTested = ""
 
-// checkKubernetesVersion warns when the API server's minor release is outside kubernetesTested.
+// checkKubernetesVersion warns when the API server's minor release (hc.server, read by the check
+// before) is outside kubernetesTested.
 func (hc *healthChecker) checkKubernetesVersion(context.Context) error {
 	tested := strings.Fields(kubernetesTested)
 	if len(tested) != 2 {
 		return errSkip // a build that does not know its range (go build, not make)
 	}
-	info, err := hc.k.client.Discovery().ServerVersion()
+	server, err := kubeversion.ParseGeneric(hc.server.GitVersion)
 	if err != nil {
-		return err
-	}
-	server, err := kubeversion.ParseGeneric(info.GitVersion)
-	if err != nil {
-		return fmt.Errorf("the API server's version %q: %w", info.GitVersion, err)
+		return fmt.Errorf("the API server's version %q: %w", hc.server.GitVersion, err)
 	}
 	oldest, newest := kubeversion.MustParseGeneric(tested[0]), kubeversion.MustParseGeneric(tested[1])
-	minor := func(v *kubeversion.Version) [2]uint { return [2]uint{v.Major(), v.Minor()} }
-	if m := minor(server); m[0] != minor(oldest)[0] || m[1] < minor(oldest)[1] || m[1] > minor(newest)[1] {
+	// From the oldest minor's first release to before the minor after the newest.
+	if server.LessThan(kubeversion.MajorMinor(oldest.Major(), oldest.Minor())) || !server.LessThan(kubeversion.MajorMinor(newest.Major(), newest.Minor()+1)) {
 		return fmt.Errorf("Kubernetes %s: this release was tested on %d.%d to %d.%d (%s and %s); it may work, but nothing here says so",
-			info.GitVersion, oldest.Major(), oldest.Minor(), newest.Major(), newest.Minor(), tested[0], tested[1])
+			hc.server.GitVersion, oldest.Major(), oldest.Minor(), newest.Major(), newest.Minor(), tested[0], tested[1])
 	}
 	return nil
 }
