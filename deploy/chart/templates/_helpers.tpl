@@ -131,10 +131,11 @@ writer.Owner shortens a longer one to 54 characters and an FNV hash, which Helm 
 {{- /* The plugin's default (contract.DefaultExplainFrom) is not rendered: the release before,
 which has no explain_from, then reads the default Corefile too. null (unset) is the default, [] is
 anyone. */}}
+{{- $default := list "127.0.0.0/8" "::1/128" }}
 {{- $from := .Values.explain.from }}
-{{- if kindIs "invalid" $from }}{{ $from = list "127.0.0.0/8" "::1/128" }}{{ end }}
+{{- if kindIs "invalid" $from }}{{ $from = $default }}{{ end }}
 {{- $explainFrom := join " " ($from | default (list "0.0.0.0/0" "::/0")) }}
-{{- if ne $explainFrom "127.0.0.0/8 ::1/128" }}
+{{- if ne $explainFrom (join " " $default) }}
         explain_from {{ $explainFrom }}
 {{- end }}
 {{- if not .Values.writer.enabled }}
