@@ -38,15 +38,17 @@ func kustomizeAt(t *testing.T, dir string) (string, map[string]*unstructured.Uns
 	t.Helper()
 	out := harness.RunKubectl(t, nil, "", "kustomize", dir)
 	objs := objectsOf(t, out)
+	generated := map[string]*unstructured.Unstructured{} // re-keyed after the walk: a map walked may yield what is added
 	for k, o := range objs {
 		if base, ok := generatedName(o); ok {
-			if objs["ConfigMap/"+base] != nil {
+			if generated["ConfigMap/"+base] != nil {
 				t.Fatalf("%s generates two ConfigMaps %s", dir, base)
 			}
 			delete(objs, k)
-			objs["ConfigMap/"+base] = o
+			generated["ConfigMap/"+base] = o
 		}
 	}
+	maps.Copy(objs, generated)
 	return out, objs
 }
 
