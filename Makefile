@@ -11,17 +11,21 @@ GO    ?= go
 export CGO_ENABLED := 0
 export GOFLAGS     := $(if $(filter -trimpath,$(GOFLAGS)),$(GOFLAGS),-trimpath $(GOFLAGS))
 
-# The build's version, one per commit (git describe): a release tag vX.Y.Z gives X.Y.Z; any other
-# commit X.Y.Z-<n>-g<commit>, n commits after release X.Y.Z; -dirty when the work tree has changes.
-# A clone without the release tags (git fetch --tags) gives 0.0.0-<n>-g<commit>, n counting every
-# commit. It names the image, the chart a release packages, and what the CLI renders and compares.
-VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo "$${v:1}" || \
-	{ n=$$(git rev-list --count HEAD 2>/dev/null) && echo "0.0.0-$$n-g$$(git describe --always --dirty)"; } || echo 0.0.0-dev)
+# The build's version, one per commit, sorting as SemVer after every release before it: a release
+# tag vX.Y.Z on a clean work tree gives X.Y.Z; any other commit the next minor release after
+# CHANGELOG.md's latest, as a pre-release counted by the commits of its history, with the commit (and
+# .dirty when the work tree has changes) as build metadata: 0.2.0-dev.<n>+g<commit>[.dirty]. It names
+# the chart and the CLI's version; the image's tag and label values, where + is not allowed, have _.
+RELEASED := $(shell awk '$$1 == "##" && $$2 ~ /^[0-9]+[.][0-9]+[.][0-9]+$$/ {print $$2; exit}' docs/CHANGELOG.md)
+NEXT     := $(shell echo '$(RELEASED)' | awk -F. '{print $$1 "." $$2 + 1 ".0"}')
+VERSION ?= $(shell dirty=$$(git diff --quiet HEAD 2>/dev/null || echo .dirty); \
+	v=$$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null) && [ -z "$$dirty" ] && echo "$${v#v}" || \
+	echo "$(NEXT)-dev.$$(git rev-list --count HEAD 2>/dev/null || echo 0)+g$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$dirty")
 LDFLAGS := -s -w -X github.com/coredns/coredns/coremain.GitCommit=$(VERSION)
 # The image `make image` builds, and the one bin/linkerd-global renders by default: a build of the
 # CLI renders the image of the same commit (make build image IMAGE_REPO=registry.example.com/x).
 IMAGE_REPO ?= ghcr.io/globaldns/coredns-global
-IMAGE_TAG  ?= $(VERSION)
+IMAGE_TAG  ?= $(subst +,_,$(VERSION))
 IMAGE      ?= $(IMAGE_REPO):$(IMAGE_TAG)
 # The CLI's check warns of a Kubernetes outside K8S_TESTED (below; hence = not :=).
 CLI_LDFLAGS = -s -w -X main.version=$(VERSION) -X main.image=$(IMAGE) -X "main.kubernetesTested=$(K8S_TESTED)"
@@ -63,12 +67,12 @@ export GLOBAL_HELM4_BIN        := $(HELM4)
 
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all build version image release release-files previous controlplane promtool helm test testbins testbuild test-k8s integration unit run dig dnsperf bench soak hunt vet fuzz clean help
+.PHONY: all build version image-tag image release release-files previous controlplane promtool helm test testbins testbuild test-k8s integration unit run dig dnsperf bench soak hunt vet fuzz clean help
 all: build
 
 help:
 	@echo "make build         build bin/coredns (CoreDNS $(shell awk '$$1 == "github.com/coredns/coredns" {print $$2}' go.mod) + global) and bin/linkerd-global (the Linkerd extension CLI)"
-	@echo "make version       print this build's version ($(VERSION)), which names its image"
+	@echo "make version       print this build's version ($(VERSION)); make image-tag its image's tag ($(IMAGE_TAG))"
 	@echo "make image         build $(IMAGE) for linux/amd64 and linux/arm64 into bin/coredns-global.oci.tar"
 	@echo "make release       write the release of this build into $(RELEASE_DIR) and check it (docs/releasing.md)"
 	@echo "make test-k8s K8S=1.30.14  run the integration suite against another Kubernetes release's control plane"
@@ -89,9 +93,12 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/coredns ./coredns
 	cd deploy/linkerd-global && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(CLI_LDFLAGS)' -o $(GLOBAL_CLI_BIN) .
 
-# The version, for commands: helm upgrade ... --set image.tag=$$(make -s version).
+# The version, and the image's tag (the version with _ for +), for commands: helm upgrade ...
+# --set image.tag=$$(make -s image-tag).
 version:
 	@echo $(VERSION)
+image-tag:
+	@echo $(IMAGE_TAG)
 
 # The image, without Docker: deploy/image (a module of its own) puts the two static builds into a
 # multi-arch OCI image layout tarball, reproducibly (every timestamp is SOURCE_DATE_EPOCH, by

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -526,7 +527,7 @@ func TestChartInstall(t *testing.T) {
 
 // docCommand returns the arguments of the command of the Markdown file doc (relative to the
 // repository) that starts with prefix, without its program name and its trailing # comment, with
-// its paths made absolute and $(make -s version) replaced by what that command prints here.
+// its paths made absolute and each $(make -s target) replaced by what that command prints here.
 func docCommand(t *testing.T, doc, prefix string) []string {
 	t.Helper()
 	root := repoPath(t)
@@ -535,9 +536,9 @@ func docCommand(t *testing.T, doc, prefix string) []string {
 	for _, line := range strings.Split(string(text), "\n") {
 		if line = strings.TrimSpace(line); strings.HasPrefix(line, prefix) {
 			line, _, _ = strings.Cut(line, " #")
-			if strings.Contains(line, makeVersion) {
-				line = strings.ReplaceAll(line, makeVersion, buildVersion(t))
-			}
+			line = makeCommand.ReplaceAllStringFunc(line, func(cmd string) string {
+				return makePrints(t, makeCommand.FindStringSubmatch(cmd)[1])
+			})
 			args := strings.Fields(line)[1:]
 			for i, a := range args {
 				// A word the shell would unquote ('{a,b}'); the docs quote no spaces.
@@ -570,18 +571,19 @@ func docBlock(t *testing.T, doc, text string) string {
 	return ""
 }
 
-// makeVersion is how the docs name this build's version in a command.
-const makeVersion = "$(make -s version)"
+// makeCommand is how the docs name what the build prints in a command: $(make -s version),
+// $(make -s image-tag).
+var makeCommand = regexp.MustCompile(`\$\(make -s ([a-z-]+)\)`)
 
-// buildVersion is what `make -s version` prints in the repository, as a user's shell runs it.
-func buildVersion(t *testing.T) string {
+// makePrints is what `make -s target` prints in the repository, as a user's shell runs it.
+func makePrints(t *testing.T, target string) string {
 	t.Helper()
-	cmd := exec.Command("make", "-s", "version")
+	cmd := exec.Command("make", "-s", target)
 	cmd.Dir = repoPath(t)
 	cmd.Env = append(os.Environ(), "MAKEFLAGS=", "MAKELEVEL=")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("make -s version: %v", err)
+		t.Fatalf("make -s %s: %v", target, err)
 	}
 	return strings.TrimSpace(string(out))
 }

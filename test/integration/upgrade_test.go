@@ -46,8 +46,9 @@ func thisBuild(t *testing.T) release {
 	bin, err := harness.CoreDNSBinary()
 	testkit.Must(t, err)
 	image := imageName(t, tarball)
-	_, version, _ := strings.Cut(image, imageRepository+":")
-	return release{version: version, image: image, binary: bin, chart: chartPath(t, "")}
+	// The tag is the version with its build metadata joined by _ (a tag has no +, a version no _).
+	_, tag, _ := strings.Cut(image, imageRepository+":")
+	return release{version: strings.ReplaceAll(tag, "_", "+"), image: image, binary: bin, chart: chartPath(t, "")}
 }
 
 // TestUpgradeRollback upgrades and rolls back as an operator does, with Helm, on a control plane

@@ -24,18 +24,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "coredns-global.labels" -}}
 {{ include "coredns-global.selectorLabels" . }}
 app.kubernetes.io/part-of: coredns-global
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | replace "+" "_" | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{/* The image: no default repository until one is published. */}}
 {{- define "coredns-global.image" -}}
-{{- $repository := required "image.repository is required: no coredns-global image is published yet. Build one with `make image` and push it (crane, skopeo) or load it into the nodes (kind, k3d, ctr -n k8s.io), as docs/install.md says, then set image.repository (ghcr.io/globaldns/coredns-global for an image loaded as make image names it) and image.tag (make -s version); or install a release's packaged chart, or with linkerd global install, which default to their build's image" .Values.image.repository -}}
+{{- $repository := required "image.repository is required: no coredns-global image is published yet. Build one with `make image` and push it (crane, skopeo) or load it into the nodes (kind, k3d, ctr -n k8s.io), as docs/install.md says, then set image.repository (ghcr.io/globaldns/coredns-global for an image loaded as make image names it) and image.tag (make -s image-tag); or install a release's packaged chart, or with linkerd global install, which default to their build's image" .Values.image.repository -}}
 {{- with .Values.image.digest }}
 {{- printf "%s@%s" $repository . }}
 {{- else }}
-{{- printf "%s:%s" $repository ($.Values.image.tag | default $.Chart.AppVersion) }}
+{{- printf "%s:%s" $repository ($.Values.image.tag | default ($.Chart.AppVersion | replace "+" "_")) }}
 {{- end }}
 {{- end }}
 
