@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,7 +68,7 @@ func (hc *healthChecker) mayAll(ctx context.Context, as []contract.Access) error
 
 // checkCanCreate asks, for the CLI's user, whether it may create every kind the chart renders.
 func (hc *healthChecker) checkCanCreate(ctx context.Context) error {
-	ns := cmp.Or(hc.flags.namespace, defaultNamespace)
+	ns := hc.flags.extensionNamespace()
 	// The kinds are what matters: an image is given in case the chart requires one.
 	objs, err := render(valueOptions{values: []string{"image.repository=example.com/coredns-global"}}, ns)
 	if err != nil {

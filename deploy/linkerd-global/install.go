@@ -30,17 +30,19 @@ image.repository, image.tag or image.digest say otherwise; run this command of a
 the same flags, to upgrade.`,
 		Example: `  linkerd global install --set clusterName=east | kubectl apply -f -`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ns := f.namespace
-			if ns == "" {
-				ns = defaultNamespace
-			}
-			objs, err := render(opts, ns)
+			objs, err := render(opts, f.extensionNamespace())
 			if err != nil {
 				return err
 			}
 			return writeManifests(cmd.OutOrStdout(), objs)
 		},
 	}
+	valueFlags(cmd, &opts)
+	return cmd
+}
+
+// valueFlags are the chart's values as Helm takes them, and --ha: install and prune render with them.
+func valueFlags(cmd *cobra.Command, opts *valueOptions) {
 	fl := cmd.Flags()
 	fl.StringArrayVarP(&opts.files, "values", "f", nil, "Specify values in a YAML file (can specify multiple)")
 	fl.StringArrayVar(&opts.values, "set", nil, "Set values on the command line (can specify multiple or separate values with commas: key1=val1,key2=val2)")
@@ -48,7 +50,6 @@ the same flags, to upgrade.`,
 	fl.StringArrayVar(&opts.jsonValues, "set-json", nil, "Set JSON values on the command line (can specify multiple or separate values with commas: key1=jsonval1,key2=jsonval2)")
 	fl.StringArrayVar(&opts.fileValues, "set-file", nil, "Set values from respective files specified via the command line (can specify multiple or separate values with commas: key1=path1,key2=path2)")
 	fl.BoolVar(&opts.ha, "ha", false, "Install in high availability mode (the chart's values-ha.yaml: 3 replicas on distinct nodes, so it needs 3 schedulable nodes)")
-	return cmd
 }
 
 func writeManifests(w io.Writer, objs []manifest) error {
@@ -58,6 +59,38 @@ func writeManifests(w io.Writer, objs []manifest) error {
 		}
 	}
 	return nil
+}
+
+func newPruneCmd(f *globalFlags) *cobra.Command {
+	var opts valueOptions
+	cmd := &cobra.Command{
+		Use:   "prune [flags]",
+		Args:  cobra.NoArgs,
+		Short: "Output extraneous Kubernetes resources in the global extension",
+		Long: `Output the Kubernetes resources that "linkerd global install" created and that install, with
+the same flags, no longer renders: after an upgrade that drops --ha (the PriorityClass and the
+PodDisruptionBudget) or namespaces (the Roles in them), or after an older build that rendered
+something this one does not. A Helm release's objects are never listed: Helm prunes its own.`,
+		Example: `  linkerd global install --set clusterName=east | kubectl apply -f -
+  linkerd global prune --set clusterName=east | kubectl delete -f -`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			k, err := f.client()
+			if err != nil {
+				return err
+			}
+			rendered, err := render(opts, f.extensionNamespace())
+			if err != nil {
+				return err
+			}
+			objs, err := extraneous(cmd.Context(), k, rendered)
+			if err != nil {
+				return err
+			}
+			return writeManifests(cmd.OutOrStdout(), objs)
+		},
+	}
+	valueFlags(cmd, &opts)
+	return cmd
 }
 
 func newUninstallCmd(f *globalFlags) *cobra.Command {
@@ -87,27 +120,40 @@ the cluster by their labels. A Helm release's objects, its namespace included, a
 	}
 }
 
-// installed lists the extension's Namespaces and what this CLI installed outside them, found by
-// the labels the chart and install put on it: objects of every kind the chart's templates can
-// render (chartKinds) that the API serves, cluster-scoped ones and those in other namespaces (the
-// Roles in the watched namespaces, with `namespaces`); what is in the Namespaces goes with them.
+// installed lists the extension's Namespaces and what this CLI installed outside them: what is in
+// the Namespaces goes with them.
 func installed(ctx context.Context, k *kube) ([]manifest, error) {
+	nss, objs, err := labelled(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	out := nss
+	for _, o := range objs {
+		if !slices.ContainsFunc(nss, func(ns manifest) bool { return ns.name == o.namespace }) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// labelled finds what this CLI installed by the labels the chart and install put on it: the
+// extension's Namespaces, and the objects of every kind the chart's templates can render
+// (chartKinds) that the API serves, in every namespace (the Roles in the watched namespaces, with
+// `namespaces`, are outside the extension's).
+func labelled(ctx context.Context, k *kube) (namespaces, objects []manifest, err error) {
 	// The Namespaces install made (namespaceManifest's labels): a Helm release's namespace, labelled
 	// linkerd.io/extension=global as install.md has Helm users do, holds the release's own records.
 	nss, err := k.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{
 		LabelSelector: extensionLabel + "=" + extensionName + ",app.kubernetes.io/part-of=" + partOf + ",app.kubernetes.io/managed-by=" + managedBy})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []manifest
-	var extension []string
 	for _, o := range nss.Items {
-		out = append(out, deletion("v1", "Namespace", &o))
-		extension = append(extension, o.Name)
+		namespaces = append(namespaces, deletion("v1", "Namespace", &o))
 	}
 	kinds, err := chartKinds()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(k.client.Discovery()))
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=" + partOf + ",app.kubernetes.io/managed-by=" + managedBy}
@@ -117,16 +163,30 @@ func installed(ctx context.Context, k *kube) ([]manifest, error) {
 			continue // not served (a CRD not installed): none can have been created
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		l, err := k.dynamic.Resource(m.Resource).Namespace(metav1.NamespaceAll).List(ctx, sel)
 		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", m.Resource.GroupResource(), err)
+			return nil, nil, fmt.Errorf("list %s: %w", m.Resource.GroupResource(), err)
 		}
 		for i := range l.Items {
-			if o := &l.Items[i]; !slices.Contains(extension, o.GetNamespace()) {
-				out = append(out, deletion(gvk.GroupVersion().String(), gvk.Kind, o))
-			}
+			objects = append(objects, deletion(gvk.GroupVersion().String(), gvk.Kind, &l.Items[i]))
+		}
+	}
+	return namespaces, objects, nil
+}
+
+// extraneous is what this CLI installed that rendered no longer has: an object is the same when
+// its API group, kind, namespace and name are.
+func extraneous(ctx context.Context, k *kube, rendered []manifest) ([]manifest, error) {
+	nss, objs, err := labelled(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	var out []manifest
+	for _, o := range append(nss, objs...) {
+		if !slices.ContainsFunc(rendered, o.same) {
+			out = append(out, o)
 		}
 	}
 	return out, nil

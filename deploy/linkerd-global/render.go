@@ -131,6 +131,14 @@ type manifest struct {
 	apiVersion, kind, namespace, name, text string
 }
 
+// same says whether o names the same object as m: its API group (any version), kind, namespace
+// and name.
+func (m manifest) same(o manifest) bool {
+	mgv, merr := schema.ParseGroupVersion(m.apiVersion)
+	ogv, oerr := schema.ParseGroupVersion(o.apiVersion)
+	return m.kind == o.kind && m.namespace == o.namespace && m.name == o.name && merr == nil && oerr == nil && mgv.Group == ogv.Group
+}
+
 // render renders the chart as release coredns-global in namespace ns, with opts, in Helm's
 // install order, the extension's Namespace first, every namespaced object placed in ns.
 func render(opts valueOptions, ns string) ([]manifest, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"regexp"
 
@@ -46,6 +47,9 @@ type globalFlags struct {
 	directPods bool
 }
 
+// extensionNamespace is the namespace install renders into: --global-namespace, or the default.
+func (f *globalFlags) extensionNamespace() string { return cmp.Or(f.namespace, defaultNamespace) }
+
 var alphaNumDash = regexp.MustCompile(`^[a-zA-Z0-9-]+$`)
 
 func newRootCmd() *cobra.Command {
@@ -76,6 +80,6 @@ On the PATH as linkerd-global, it runs as "linkerd global".`,
 	pf.BoolVar(&f.verbose, "verbose", false, "Turn on debug logging")
 	pf.StringVar(&f.namespace, "global-namespace", "", "Namespace of the extension (install: "+defaultNamespace+"; otherwise found by its label or its Deployment)")
 	pf.BoolVar(&f.directPods, "direct-pods", false, "Reach pods at their IP addresses instead of through a port-forward (the machine must reach the pod network)")
-	root.AddCommand(newInstallCmd(f), newUninstallCmd(f), newCheckCmd(f), newStatusCmd(f), newExplainCmd(f), newVersionCmd(f), newMetadataCmd())
+	root.AddCommand(newInstallCmd(f), newPruneCmd(f), newUninstallCmd(f), newCheckCmd(f), newStatusCmd(f), newExplainCmd(f), newVersionCmd(f), newMetadataCmd())
 	return root
 }

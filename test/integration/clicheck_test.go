@@ -13,10 +13,15 @@ import (
 	"github.com/globaldns/global/test/testkit"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 )
 
 // direct is the flag every command of TestCLICheck takes: the control plane has no kubelet to
@@ -48,6 +53,7 @@ func TestCLICheck(t *testing.T) {
 		})
 	}
 	t.Run("examples", w.examples)
+	t.Run("prune", w.prune)
 	t.Run("uninstall", w.uninstall)
 }
 
@@ -308,11 +314,11 @@ func (w *checkWorld) noMirrorPolicy(t *testing.T) {
 	}
 }
 
-// examples runs every example of every command, as printed; uninstall's in uninstall.
+// examples runs every example of every command, as printed; prune's and uninstall's in theirs.
 func (w *checkWorld) examples(t *testing.T) {
 	examples := cliExamples(t)
 	for _, cmd := range slices.Sorted(maps.Keys(examples)) {
-		if cmd == "uninstall" {
+		if cmd == "prune" || cmd == "uninstall" {
 			continue
 		}
 		for _, ex := range examples[cmd] {
@@ -322,6 +328,89 @@ func (w *checkWorld) examples(t *testing.T) {
 			}
 		}
 	}
+}
+
+// prune upgrades as docs/install.md's CLI upgrade does, dropping --ha and namespaces: prune's
+// example (install, then prune, with the new flags) deletes the PriorityClass, the
+// PodDisruptionBudget and the Roles in the namespaces dropped, and nothing else: what the new render
+// has stays, and a Helm release's objects beside it are not listed.
+func (w *checkWorld) prune(t *testing.T) {
+	ctx, cp := context.Background(), w.cp
+	testkit.Must(t, harness.EnsureNamespace(ctx, cp.Client, "tenant"))
+	wide, stderr, code := cli(t, nil, "", "install", "--ha", "--set", "clusterName=east,namespaces={db,tenant}")
+	if code != 0 {
+		t.Fatalf("install --ha: %s", stderr)
+	}
+	harness.RunKubectl(t, cp, wide, "apply", "-f", "-")
+	_, err := cp.Client.PolicyV1().PodDisruptionBudgets(w.ns).Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "helm-coredns-global",
+		Labels: map[string]string{"app.kubernetes.io/part-of": "coredns-global", "app.kubernetes.io/managed-by": "Helm"}}}, metav1.CreateOptions{})
+	testkit.Must(t, err)
+
+	examples := cliExamples(t)["prune"]
+	if len(examples) != 2 || !strings.HasPrefix(examples[0], "linkerd global install ") || !strings.HasPrefix(examples[1], "linkerd global prune ") {
+		t.Fatalf("prune's examples: %q", examples)
+	}
+	narrow, stderr, code := cli(t, nil, "", strings.Fields(strings.TrimPrefix(strings.Split(examples[0], " | ")[0], "linkerd global "))...)
+	if code != 0 {
+		t.Fatalf("%s: %s", examples[0], stderr)
+	}
+	kept, pruned := placedObjects(t, narrow), map[string]*unstructured.Unstructured{}
+	for key, u := range placedObjects(t, wide) {
+		if kept[key] == nil {
+			pruned[key] = u
+		}
+	}
+	for _, kind := range []string{"PriorityClass", "PodDisruptionBudget", "Role"} {
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(pruned)), func(key string) bool { return strings.HasPrefix(key, kind+"/") }) {
+			t.Fatalf("dropping --ha and namespaces drops no %s: %v", kind, slices.Collect(maps.Keys(pruned)))
+		}
+	}
+	install := readFile(t, repoPath(t, "docs", "install.md"))
+	for _, ex := range examples {
+		if !strings.Contains(install, "\n"+ex+"\n") {
+			t.Errorf("docs/install.md has no line %q", ex)
+		}
+		if out, ok := runExample(t, cp, ex); !ok {
+			t.Fatalf("%s:\n%s", ex, out)
+		}
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cp.Client.Discovery()))
+	for key, u := range kept {
+		if !w.exists(t, mapper, u) {
+			t.Errorf("after prune, %s is gone", key)
+		}
+	}
+	for key, u := range pruned {
+		if w.exists(t, mapper, u) {
+			t.Errorf("after prune, %s is still there", key)
+		}
+	}
+	if _, err := cp.Client.PolicyV1().PodDisruptionBudgets(w.ns).Get(ctx, "helm-coredns-global", metav1.GetOptions{}); err != nil {
+		t.Errorf("prune deleted a Helm release's PodDisruptionBudget: %v", err)
+	}
+	w.manifests = narrow
+}
+
+// placedObjects are the objects of a stream by kind, namespace and name.
+func placedObjects(t *testing.T, stream string) map[string]*unstructured.Unstructured {
+	out := map[string]*unstructured.Unstructured{}
+	for _, u := range objectsOf(t, stream) {
+		out[u.GetKind()+"/"+u.GetNamespace()+"/"+u.GetName()] = u
+	}
+	return out
+}
+
+// exists says whether the object u names is in the cluster (and not being deleted).
+func (w *checkWorld) exists(t *testing.T, mapper meta.RESTMapper, u *unstructured.Unstructured) bool {
+	t.Helper()
+	m, err := mapper.RESTMapping(u.GroupVersionKind().GroupKind(), u.GroupVersionKind().Version)
+	testkit.Must(t, err)
+	got, err := w.dyn.Resource(m.Resource).Namespace(u.GetNamespace()).Get(context.Background(), u.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	testkit.Must(t, err)
+	return got.GetDeletionTimestamp() == nil
 }
 
 func (w *checkWorld) uninstall(t *testing.T) {
