@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -89,10 +90,24 @@ func exchange(ctx context.Context, addr string, m *dns.Msg) (*dns.Msg, error) {
 
 // explanation asks addr for the CH TXT explanation of name: its rcode and its lines.
 func explanation(ctx context.Context, addr, name string) (int, []line, error) {
+	return explanationAs(ctx, addr, name, netip.Addr{})
+}
+
+// explanationAs is the explanation of name for the client at address as (when valid), which the
+// plugin takes from an ECS option of a source explain_from trusts: the answer that client gets.
+func explanationAs(ctx context.Context, addr, name string, as netip.Addr) (int, []line, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
 	m.SetEdns0(dns.MaxMsgSize, false)
+	if as.IsValid() {
+		family := uint16(1)
+		if as.Is6() && !as.Is4In6() {
+			family = 2
+		}
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: family,
+			SourceNetmask: uint8(as.BitLen()), Address: net.IP(as.AsSlice())})
+	}
 	r, err := exchange(ctx, addr, m)
 	if err != nil {
 		return 0, nil, err

@@ -79,20 +79,53 @@ func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.E
 			ecs = &echo
 		}
 	}
-	if a.locator.Forwarder(src) {
+	return a.bySource(src), ecs
+}
+
+// bySource is who asks from address src: no one known for a forwarder's (its shared cache would
+// serve one client's answer to all), else a Node's or a Pod's.
+func (a *asker) bySource(src netip.Addr) querier {
+	if !a.locator.Forwarder(src) {
+		if a.sources.node {
+			if c := a.locator.Node(src); c != nil {
+				return querier{client: c, learned: sourceNode}
+			}
+		}
+		if a.sources.pod {
+			if c, _ := a.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
+				return querier{client: c, learned: sourcePod}
+			}
+		}
+	}
+	return querier{learned: sourceNone}
+}
+
+// explainedAs is whom an explanation is of when its asker, one explain_from trusts, gives an ECS
+// option (linkerd global explain --from): the client at that address, as its own query would be
+// answered (from a forwarder's, a Node's or a Pod's address), else as a query a trusted resolver
+// (client_ecs_from) sends for it would be. Without such an option, q and ecs as they are.
+//
+//go:noinline
+func (a *asker) explainedAs(r *dns.Msg, q querier, ecs *dns.EDNS0_SUBNET) (querier, *dns.EDNS0_SUBNET) {
+	opt := subnetOf(r)
+	if a.locator == nil || opt == nil {
 		return q, ecs
 	}
-	if a.sources.node {
-		if c := a.locator.Node(src); c != nil {
-			return querier{client: c, learned: sourceNode}, ecs
+	p, ok := prefixOf(opt)
+	if !ok {
+		return q, ecs
+	}
+	if p.IsSingleIP() {
+		if q = a.bySource(p.Addr()); q.client != nil || a.locator.Forwarder(p.Addr()) {
+			return q, nil
 		}
 	}
-	if a.sources.pod {
-		if c, _ := a.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
-			return querier{client: c, learned: sourcePod}, ecs
+	if a.sources.ecs {
+		if c, _ := a.locate(p); c != nil {
+			return querier{client: c, learned: sourceECS}, nil
 		}
 	}
-	return q, ecs
+	return querier{learned: sourceNone}, nil
 }
 
 // networks are address prefixes an option trusts (client_ecs_from, explain_from).

@@ -102,12 +102,7 @@ func ask(t *testing.T, g *Global, from, ecs, qname string, qtype uint16) *dns.Ms
 	t.Helper()
 	m := new(dns.Msg)
 	m.SetQuestion(qname, qtype)
-	m.SetEdns0(4096, false)
-	if ecs != "" {
-		p := netip.MustParsePrefix(ecs)
-		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1,
-			SourceNetmask: uint8(p.Bits()), Address: net.IP(p.Addr().AsSlice())})
-	}
+	withECS(m, ecs)
 	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from})
 	if _, err := g.ServeDNS(context.Background(), rec, m); err != nil || rec.Msg == nil {
 		t.Fatalf("%s: %v %v", qname, err, rec.Msg)
@@ -252,6 +247,68 @@ func TestExplainClient(t *testing.T) {
 	g.ServeDNS(context.Background(), rec, m)
 	if got := txts(t, rec.Msg); !strings.HasSuffix(got[0], " client=unknown") {
 		t.Errorf("unknown client: %q", got[0])
+	}
+}
+
+// An explanation asked with an ECS option (linkerd global explain --from) is of the client at that
+// address: as its own query is answered (a Node's, a Pod's, a forwarder's address), else as a
+// trusted resolver's option for it is (a Node's pod CIDR); the option is taken from any source
+// explain_from trusts, and only for explanations.
+func TestExplainAs(t *testing.T) {
+	for _, tc := range []struct {
+		sources    clientSources
+		ecs, first string
+	}{
+		{clientSources{node: true, pod: true}, "10.1.0.1/32", "client=node:n1,zone:za,region:r1 client-from=node"},
+		{clientSources{node: true, pod: true}, "10.244.3.7/32", "client=node:n3,zone:zb,region:r1 client-from=pod"},
+		{clientSources{node: true, pod: true}, "10.1.9.9/32", "client=unknown"},
+		{clientSources{node: true, pod: true}, "10.244.1.5/32", "client=node:n1,zone:za,region:r1 client-from=pod"},
+		{clientSources{ecs: true, node: true}, "10.244.1.5/32", "client=node:n1,zone:za,region:r1 client-from=ecs"},
+		{clientSources{ecs: true}, "10.1.0.3/32", "client=node:n3,zone:zb,region:r1 client-from=ecs"},
+		{clientSources{ecs: true}, "10.9.9.9/32", "client=unknown"},
+		{clientSources{}, "10.1.0.1/32", "policy=nearest from=zone"},
+	} {
+		g := zonedGlobal(t, tc.sources)
+		g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
+		m := explainAs(t, g, "127.0.0.1", tc.ecs)
+		if m.Rcode != dns.RcodeSuccess || len(m.Answer) == 0 {
+			t.Fatalf("%+v, ECS %s: %s", tc.sources, tc.ecs, m)
+		}
+		if first := txts(t, m)[0]; !strings.HasSuffix(first, tc.first) || scope(m) != -1 {
+			t.Errorf("%+v, ECS %s: %q (ECS scope %d), want it to end %q and no ECS option", tc.sources, tc.ecs, first, scope(m), tc.first)
+		}
+	}
+	// The option is no claim from a source explain_from does not trust, nor in class IN.
+	g := zonedGlobal(t, clientSources{node: true, pod: true})
+	g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
+	if m := explainAs(t, g, "10.7.7.7", "10.1.0.1/32"); m.Rcode != dns.RcodeRefused {
+		t.Errorf("CH TXT with ECS from an untrusted source: %s", dns.RcodeToString[m.Rcode])
+	}
+	if got := answered(ask(t, g, "127.0.0.1", "10.1.0.3/32", "zz.db.global.", dns.TypeA)); !slices.Equal(got, answered(ask(t, g, "127.0.0.1", "", "zz.db.global.", dns.TypeA))) {
+		t.Errorf("an A query with ECS from a source trusted to explain is answered as from the ECS address: %q", got)
+	}
+}
+
+// explainAs asks, from address from over TCP, for the explanation of zz.db.near.global. with an
+// ECS option of prefix ecs.
+func explainAs(t *testing.T, g *Global, from, ecs string) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion("zz.db.near.global.", dns.TypeTXT)
+	m.Question[0].Qclass = dns.ClassCHAOS
+	withECS(m, ecs)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from, TCP: true})
+	g.ServeDNS(context.Background(), rec, m)
+	return rec.Msg
+}
+
+// withECS gives m an OPT record, and in it an ECS option of prefix ecs when not "".
+func withECS(m *dns.Msg, ecs string) {
+	m.SetEdns0(4096, false)
+	if ecs != "" {
+		p := netip.MustParsePrefix(ecs)
+		m.IsEdns0().Option = append(m.IsEdns0().Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1,
+			SourceNetmask: uint8(p.Bits()), Address: net.IP(p.Addr().AsSlice())})
 	}
 }
 

@@ -37,6 +37,9 @@ func (g *Global) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg)
 	chaos := state.QClass() == dns.ClassCHAOS && g.explain && g.mayExplain(w)
 	final := false // an answer fallthrough must not pass on
 	q, ecs := g.whoAsks(w, r)
+	if chaos {
+		q, ecs = g.explainedAs(r, q, ecs)
+	}
 
 	switch {
 	case state.QClass() != dns.ClassINET && !chaos:

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -139,6 +140,21 @@ func TestClientRankedAnswers(t *testing.T) {
 		}) {
 		t.Errorf("explanation from node a:\n%s", strings.Join(lines, "\n"))
 	}
+	// linkerd global explain --from: as a Node, as a Pod, and as an address a resolver's ECS option
+	// gives (a replica whose client_locality is ecs alone), each client's answer.
+	ecsOnly := harness.StartCoreDNS(t, cp, fmt.Sprintf(strings.Replace(clientsCorefile, "client_locality ecs node pod", "client_locality ecs", 1), ns))
+	for _, tc := range []struct {
+		replica             *harness.CoreDNS
+		from, client, first string
+	}{
+		{c, "node/" + ns + "-a", "node:" + ns + "-a,zone:za,region:r1 client-from=node", "10.61.1.10"},
+		{c, "pod/" + ns + "/app-0", "node:" + ns + "-c,zone:zb,region:r1 client-from=pod", "10.61.3.10"},
+		{ecsOnly, "10.61.2.99", "node:" + ns + "-b,zone:za,region:r1 client-from=ecs", "10.61.2.10"},
+	} {
+		harness.Eventually(t, "explain --from "+tc.from, func() error {
+			return explainsFrom(t, tc.replica, name, tc.from, tc.client, tc.first)
+		})
+	}
 
 	// zz-0 moves from node a to node c: node a sees its zone first now, node c its two pods.
 	testkit.Must(t, harness.DeletePod(ctx, client(), ns, "zz-0"))
@@ -147,6 +163,29 @@ func TestClientRankedAnswers(t *testing.T) {
 	harness.Eventually(t, "zz-0 on node c, from node a", answers(nodeA, "", name, []string{"10.61.2.10", w, "10.61.3.11", "10.61.3.10", n}, -1))
 	testkit.Must(t, answers(nodeC, "", near, []string{"10.61.3.11", "10.61.3.10"}, -1)())
 	testkit.Must(t, answers(nodeA, "", near, []string{"10.61.2.10", w}, -1)())
+}
+
+// explainsFrom runs `linkerd global explain qname --from from` against replica c: the explanation's
+// client is client (and how it was learned), and first is its one record of tier 0.
+func explainsFrom(t *testing.T, c *harness.CoreDNS, qname, from, client, first string) error {
+	out, stderr, code := cli(t, cp, "", "explain", qname, "--from", from, "--dns-addr", c.Addr, "-o", "json")
+	var res struct{ Lines []map[string]string }
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || len(res.Lines) == 0 {
+		return fmt.Errorf("exit %d, %v:\n%s%s", code, err, out, stderr)
+	}
+	if got := res.Lines[0]["client"] + " client-from=" + res.Lines[0]["client-from"]; got != client {
+		return fmt.Errorf("client=%s, want %s", got, client)
+	}
+	var tier0 []string
+	for _, l := range res.Lines[1:] {
+		if l["addr"] != "" && l["tier"] == "0" {
+			tier0 = append(tier0, l["addr"])
+		}
+	}
+	if !slices.Equal(tier0, []string{first}) {
+		return fmt.Errorf("tier 0: %v, want %s", tier0, first)
+	}
+	return nil
 }
 
 // hostAddr returns an IPv4 address of this host that is not a loopback one.
