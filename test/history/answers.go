@@ -101,7 +101,7 @@ func checkZonesAndClients(c *harness.CoreDNS, proto string, s *service, ready []
 		if err := expectSet(c, proto, zone+".pin._zone."+s.name(), dns.TypeA, pinned); err != nil {
 			return err
 		}
-		r, err := exchangeFrom(c, proto, nodeAddrs[node], s.name(), dns.TypeSRV)
+		r, err := exchangeFrom(c, proto, nodeAddrs()[node], s.name(), dns.TypeSRV)
 		if err != nil {
 			return err
 		}
@@ -114,7 +114,7 @@ func checkZonesAndClients(c *harness.CoreDNS, proto string, s *service, ready []
 		if slices.Sort(got); !slices.Equal(got, slices.Sorted(maps.Keys(srv))) {
 			return fmt.Errorf("SRV %s from node %s over %s: %q, want %q", s.name(), node, proto, got, slices.Sorted(maps.Keys(srv)))
 		}
-		if r, err = exchangeFrom(c, proto, nodeAddrs[node], s.name(), dns.TypeA); err != nil {
+		if r, err = exchangeFrom(c, proto, nodeAddrs()[node], s.name(), dns.TypeA); err != nil {
 			return err
 		}
 		tierOf := map[string]int{}

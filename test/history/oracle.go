@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/globaldns/global/test/harness"
@@ -235,15 +236,22 @@ func sortRecords(rs []record) []record {
 	})
 }
 
-// nodeAddrs are the history's Nodes' addresses, which clients on them send from.
-var nodeAddrs = map[string]string{}
+// nodeAddrs are the history's Nodes' addresses, which clients on them send from: loopback ones,
+// the same in every control plane of the test binary (each history's replicas read the Nodes of
+// their own, so histories on control planes of their own run side by side).
+var nodeAddrs = sync.OnceValue(func() map[string]string {
+	base := fmt.Sprintf("127.63.%d.", 1+rand.IntN(250))
+	addrs := map[string]string{}
+	for i, name := range slices.Sorted(maps.Keys(nodes)) {
+		addrs[name] = base + strconv.Itoa(2+i)
+	}
+	return addrs
+})
 
 // CreateNodes creates this cluster's Nodes, east-a and east-b, with loopback addresses.
 func CreateNodes(t *testing.T, c kubernetes.Interface) {
-	base := fmt.Sprintf("127.63.%d.", 1+rand.IntN(250))
-	for i, name := range slices.Sorted(maps.Keys(nodes)) {
-		nodeAddrs[name] = base + strconv.Itoa(2+i)
+	for name, addr := range nodeAddrs() {
 		testkit.Must(t, harness.CreateNode(context.Background(), c, harness.Node{Name: name, Zone: nodes[name], Region: "us-east-1",
-			Addresses: []string{nodeAddrs[name]}}))
+			Addresses: []string{addr}}))
 	}
 }

@@ -20,11 +20,10 @@ var (
 // alone), of -steps steps each, against two bin/coredns replicas with the writer on: after every
 // step, their answers and every written object must equal the oracle, within a generous
 // deadline. A failure prints the seed and the history up to the step after which the two first
-// differed (every earlier step converged); -seed N -steps M replays it.
+// differed (every earlier step converged); -seed N -steps M replays it. The seeds run side by
+// side, each on a control plane of its own (a history restarts kube-apiserver and compacts etcd).
 func TestRandomHistory(t *testing.T) {
 	t.Parallel()
-	cp := harness.Start(t) // of its own: it restarts kube-apiserver and compacts etcd
-	history.CreateNodes(t, cp.Client)
 	seeds := []int64{*historySeed}
 	if *historySeed < 0 {
 		seeds = nil
@@ -34,6 +33,9 @@ func TestRandomHistory(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			cp := harness.Start(t)
+			history.CreateNodes(t, cp.Client)
 			h := history.New(t, cp, seed, 4, false)
 			for i := range *historySteps {
 				h.Step(i)
