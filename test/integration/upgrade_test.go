@@ -325,21 +325,28 @@ func allHeadless(t *testing.T, cp *harness.ControlPlane) bool {
 // writtenVersions are the resourceVersions of everything the writer wrote (install.md's selector).
 func writtenVersions(t *testing.T, cp *harness.ControlPlane) map[string]string {
 	t.Helper()
+	out := writtenIn(t, cp, metav1.NamespaceAll)
+	if len(out) < 2 {
+		t.Fatalf("the writer wrote %v", out)
+	}
+	return out
+}
+
+// writtenIn are the resourceVersions of what a writer wrote in namespace ns (all: NamespaceAll).
+func writtenIn(t *testing.T, cp *harness.ControlPlane, ns string) map[string]string {
+	t.Helper()
 	ctx := context.Background()
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=coredns-global"}
 	out := map[string]string{}
-	svcs, err := cp.Client.CoreV1().Services(metav1.NamespaceAll).List(ctx, sel)
+	svcs, err := cp.Client.CoreV1().Services(ns).List(ctx, sel)
 	testkit.Must(t, err)
 	for _, s := range svcs.Items {
 		out["Service/"+s.Namespace+"/"+s.Name] = s.ResourceVersion
 	}
-	slices, err := cp.Client.DiscoveryV1().EndpointSlices(metav1.NamespaceAll).List(ctx, sel)
+	sl, err := cp.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, sel)
 	testkit.Must(t, err)
-	for _, s := range slices.Items {
+	for _, s := range sl.Items {
 		out["EndpointSlice/"+s.Namespace+"/"+s.Name] = s.ResourceVersion
-	}
-	if len(out) < 2 {
-		t.Fatalf("the writer wrote %v", out)
 	}
 	return out
 }
