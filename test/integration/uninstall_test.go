@@ -63,7 +63,7 @@ func TestUninstallSideBySide(t *testing.T) {
 	}
 
 	// The Helm release's writer writes on; then helm uninstall removes what it wrote.
-	testkit.Must(t, admin.CoreV1().Pods("db2").Delete(ctx, "foo-2", metav1.DeleteOptions{}))
+	testkit.Must(t, harness.DeletePod(ctx, admin, "db2", "foo-2")) // as a kubelet confirms it
 	harness.Eventually(t, "the Helm release writing", func() error { return writtenSlices(t, admin, "db2", map[string]int{"east": 2, "west": 2}) })
 	harness.RunHelm(t, helms(t)["helm4"], own, "uninstall", helmRelease, "--namespace", helmNS)
 	stopAll(helmPods...)
