@@ -40,7 +40,7 @@ client_ecs_from would give it), and the tier of every record from there.`,
 				return fmt.Errorf("invalid output type %q: supported output types are table, json", output)
 			}
 			addr, stop, err := dnsAddr, func() {}, error(nil)
-			if addr == "" { // a replica of the installation: its DNS needs no cluster
+			if addr == "" { // else a ready replica of the installation (--dns-addr needs none)
 				if addr, _, stop, err = replicaAddr(cmd.Context(), f, dnsAddr); err != nil {
 					return err
 				}
