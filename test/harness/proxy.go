@@ -2,15 +2,21 @@ package harness
 
 import (
 	"crypto/tls"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	k8sversion "k8s.io/apimachinery/pkg/version"
 )
 
 // Proxy is a TCP proxy on loopback in front of an address (the API server) that a test can cut
@@ -123,25 +129,64 @@ type FaultyAPI struct {
 func StartFaultyAPI(t testing.TB, cp *ControlPlane, fails func(*http.Request) bool) *FaultyAPI {
 	t.Helper()
 	f := &FaultyAPI{matches: fails}
+	f.Addr = inFront(t, cp, func(w http.ResponseWriter, r *http.Request) bool {
+		if !f.healed.Load() && f.matches(r) {
+			http.Error(w, "the harness's faulty API: unavailable", http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	return f
+}
+
+// StartUpgradedAPI starts an HTTPS reverse proxy on loopback in front of cp's API server that says
+// it is Kubernetes version (GET /version, e.g. v1.38.0) and passes every other request on: the
+// API server of a cluster upgraded to that release, for what reads its version (Helm's kubeVersion,
+// linkerd global check). It returns an admin kubeconfig through it; stopped when the test ends.
+func StartUpgradedAPI(t testing.TB, cp *ControlPlane, version string) string {
+	t.Helper()
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "v%d.%d.", &major, &minor); err != nil {
+		t.Fatalf("harness: version %q: %v", version, err)
+	}
+	addr := inFront(t, cp, func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path != "/version" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(k8sversion.Info{Major: strconv.Itoa(major), Minor: strconv.Itoa(minor), GitVersion: version,
+			GitTreeState: "clean", GoVersion: runtime.Version(), Compiler: runtime.Compiler, Platform: runtime.GOOS + "/" + runtime.GOARCH})
+		return true
+	})
+	_, port, _ := net.SplitHostPort(addr)
+	kubeconfig, err := cp.writeKubeconfigAt("kubeconfig-upgraded-"+port, "admin", cp.adminToken, "https://"+addr)
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	return kubeconfig
+}
+
+// inFront starts an HTTPS reverse proxy on loopback in front of cp's API server, stopped when the
+// test ends, and returns its address: each request is intercept's, or passed on when it returns
+// false.
+func inFront(t testing.TB, cp *ControlPlane, intercept func(http.ResponseWriter, *http.Request) bool) string {
+	t.Helper()
 	target, err := url.Parse(cp.APIServerURL())
 	if err != nil {
-		t.Fatalf("harness: faulty API: %v", err)
+		t.Fatalf("harness: proxy to the API server: %v", err)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}
 	proxy.FlushInterval = -1 // watches stream
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !f.healed.Load() && f.matches(r) {
-			http.Error(w, "the harness's faulty API: unavailable", http.StatusServiceUnavailable)
-			return
+		if !intercept(w, r) {
+			proxy.ServeHTTP(w, r)
 		}
-		proxy.ServeHTTP(w, r)
 	}))
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	f.Addr = srv.Listener.Addr().String()
-	return f
+	return srv.Listener.Addr().String()
 }
 
 // Heal passes every request on from now on.
