@@ -79,25 +79,28 @@ func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.E
 			ecs = &echo
 		}
 	}
-	return a.bySource(src), ecs
+	q, _ = a.bySource(src)
+	return q, ecs
 }
 
 // bySource is who asks from address src: no one known for a forwarder's (its shared cache would
-// serve one client's answer to all), else a Node's or a Pod's.
-func (a *asker) bySource(src netip.Addr) querier {
-	if !a.locator.Forwarder(src) {
-		if a.sources.node {
-			if c := a.locator.Node(src); c != nil {
-				return querier{client: c, learned: sourceNode}
-			}
-		}
-		if a.sources.pod {
-			if c, _ := a.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
-				return querier{client: c, learned: sourcePod}
-			}
+// serve one client's answer to all), else a Node's or a Pod's; known says src is one of these.
+func (a *asker) bySource(src netip.Addr) (q querier, known bool) {
+	q.learned = sourceNone
+	if a.locator.Forwarder(src) {
+		return q, true
+	}
+	if a.sources.node {
+		if c := a.locator.Node(src); c != nil {
+			return querier{client: c, learned: sourceNode}, true
 		}
 	}
-	return querier{learned: sourceNone}
+	if a.sources.pod {
+		if c, _ := a.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
+			return querier{client: c, learned: sourcePod}, true
+		}
+	}
+	return q, false
 }
 
 // explainedAs is whom an explanation is of when its asker, one explain_from trusts, gives an ECS
@@ -116,7 +119,7 @@ func (a *asker) explainedAs(r *dns.Msg, q querier, ecs *dns.EDNS0_SUBNET) (queri
 		return q, ecs
 	}
 	if p.IsSingleIP() {
-		if q = a.bySource(p.Addr()); q.client != nil || a.locator.Forwarder(p.Addr()) {
+		if q, known := a.bySource(p.Addr()); known {
 			return q, nil
 		}
 	}
