@@ -10,6 +10,7 @@ import (
 
 	"github.com/globaldns/global/test/testkit"
 
+	kubeversion "k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/yaml"
 )
 
@@ -46,56 +47,25 @@ func TestVersionSorts(t *testing.T) {
 		}
 	}
 	for _, before := range []string{released, os.Getenv("GLOBAL_PREVIOUS_VERSION")} {
-		if v != released && compareSemver(v, before) <= 0 {
+		if v != released && compareSemver(t, v, before) <= 0 {
 			t.Errorf("version %s does not sort after %s", v, before)
 		}
 	}
 	// The order a tool tracking the chart sees, between builds and around a release.
 	for _, pair := range [][2]string{{"0.1.0", "0.2.0-dev.9+g1a2b3c4"}, {"0.2.0-dev.9+gffff", "0.2.0-dev.10+g0000.dirty"}, {"0.2.0-dev.99+g1", "0.2.0"}} {
-		if compareSemver(pair[0], pair[1]) >= 0 {
+		if compareSemver(t, pair[0], pair[1]) >= 0 {
 			t.Errorf("%s sorts after %s", pair[0], pair[1])
 		}
 	}
 }
 
-// compareSemver orders two versions by SemVer 2.0's precedence: the release numbers, then a
-// release after its pre-releases, then the pre-release identifiers (numbers below words, numbers
-// by value); build metadata (+...) does not count.
-func compareSemver(a, b string) int {
-	a, _, _ = strings.Cut(a, "+")
-	b, _, _ = strings.Cut(b, "+")
-	ar, apre, aok := strings.Cut(a, "-")
-	br, bpre, bok := strings.Cut(b, "-")
-	if c := compareIdentifiers(strings.Split(ar, "."), strings.Split(br, ".")); c != 0 || aok == bok {
-		if c != 0 || !aok {
-			return c
-		}
-		return compareIdentifiers(strings.Split(apre, "."), strings.Split(bpre, "."))
-	}
-	if aok {
-		return -1
-	}
-	return 1
-}
-
-func compareIdentifiers(a, b []string) int {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		an, aerr := strconv.Atoi(a[i])
-		bn, berr := strconv.Atoi(b[i])
-		switch {
-		case aerr == nil && berr == nil && an != bn:
-			if an < bn {
-				return -1
-			}
-			return 1
-		case (aerr == nil) != (berr == nil):
-			if aerr == nil {
-				return -1
-			}
-			return 1
-		case a[i] != b[i]:
-			return strings.Compare(a[i], b[i])
-		}
-	}
-	return len(a) - len(b)
+// compareSemver orders two versions by SemVer 2.0's precedence (build metadata does not count),
+// failing the test on one that is not SemVer.
+func compareSemver(t *testing.T, a, b string) int {
+	t.Helper()
+	v, err := kubeversion.ParseSemantic(a)
+	testkit.Must(t, err)
+	c, err := v.Compare(b)
+	testkit.Must(t, err)
+	return c
 }
