@@ -18,7 +18,7 @@ import (
 // processes: a pod bound to a Node runs as Run starts it, and turns Running, and Ready; a
 // terminating pod gets SIGTERM, turns not ready, and is deleted once its process has exited (after
 // the Corefile's lameduck), as a kubelet reports it gone. It follows the kubelet of the pinned
-// Kubernetes (k8s.io/kubernetes v1.36.3): pkg/kubelet/kuberuntime/kuberuntime_container.go
+// Kubernetes (k8s.io/kubernetes v1.37.1): pkg/kubelet/kuberuntime/kuberuntime_container.go
 // killContainer (SIGTERM, the grace period), pkg/kubelet/status/status_manager.go syncPod (the
 // status written, and a terminated pod deleted with grace period 0 and its UID as precondition).
 //

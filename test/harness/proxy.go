@@ -142,7 +142,9 @@ func StartFaultyAPI(t testing.TB, cp *ControlPlane, fails func(*http.Request) bo
 // StartUpgradedAPI starts an HTTPS reverse proxy on loopback in front of cp's API server that says
 // it is Kubernetes version (GET /version, e.g. v1.38.0) and passes every other request on: the
 // API server of a cluster upgraded to that release, for what reads its version (Helm's kubeVersion,
-// linkerd global check). It returns an admin kubeconfig through it; stopped when the test ends.
+// linkerd global check). It answers as kube-apiserver does (k8s.io/apiserver v0.37.1,
+// pkg/server/routes/version.go handleVersion: 200, the JSON of k8s.io/apimachinery's version.Info).
+// It returns an admin kubeconfig through it; stopped when the test ends.
 func StartUpgradedAPI(t testing.TB, cp *ControlPlane, version string) string {
 	t.Helper()
 	var major, minor int

@@ -392,8 +392,10 @@ func (p *pool) stop() {
 }
 
 // probe plays the kubelet's readiness probe of every replica, every 100 ms (the chart's: every 2
-// s), with the chart's timeout: a /ready that answers 200 within 2 s is ready. The replicas are
-// probed side by side, so that a slow one delays no other's.
+// s), with the chart's timeout, as the kubelet's HTTP probe judges it (k8s.io/kubernetes v1.37.1,
+// pkg/kubelet/prober/prober.go: the probe's timeoutSeconds; pkg/probe/http/http.go: a status of
+// 200 to 399 succeeds): a /ready that answers so within 2 s is ready. The replicas are probed side
+// by side, so that a slow one delays no other's.
 func (p *pool) probe() {
 	defer p.wg.Done()
 	hc := &http.Client{Timeout: 2 * time.Second} // the chart's readinessProbe timeoutSeconds
@@ -414,7 +416,7 @@ func (p *pool) probe() {
 			round.Go(func() {
 				ready := false
 				if resp, err := hc.Get("http://" + c.ReadyAddr + "/ready"); err == nil {
-					ready = resp.StatusCode == http.StatusOK
+					ready = resp.StatusCode >= http.StatusOK && resp.StatusCode < http.StatusBadRequest
 					resp.Body.Close()
 				}
 				p.mu.Lock()
