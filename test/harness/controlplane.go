@@ -249,6 +249,9 @@ func (cp *ControlPlane) apiServerArgs() []string {
 		"--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/108",
 		// No kubelet mounts tokens; the ServiceAccount plugin would demand them.
 		"--disable-admission-plugins=ServiceAccount",
+		// The kubelets' API (logs, port-forward) at the Nodes' InternalIPs, as kubeadm configures
+		// it: the Nodes' hostnames resolve nowhere here (Kubelet.Serve).
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 	}
 }
 
