@@ -55,7 +55,8 @@ func thisBuild(t *testing.T) release {
 // with kube-controller-manager's deployment and replicaset controllers, kube-scheduler and three
 // Nodes, where every pod runs for real (the kubelet above): the previous release installed with its
 // own chart and values-ha.yaml, then docs/install.md's upgrade command to this build, then its
-// rollback command. After each, every pod runs the intended image and binary and says that version;
+// rollback command; mid-upgrade, a pod of the previous release crashes and starts again on the
+// upgraded ConfigMap (crashMidRollout). After each, every pod runs the intended image and binary and says that version;
 // throughout, a client sends ~1000 queries a second over UDP and TCP to the ready pods and not one
 // fails; the writer's lease moves between versions and the written objects are never written
 // again (not one resourceVersion changes: the old and the new writer write the same bytes, so no
@@ -124,6 +125,9 @@ func TestUpgradeRollback(t *testing.T) {
 	}
 	for _, ph := range phases {
 		ph.run()
+		if ph.name == "upgrade" {
+			crashMidRollout(t, k, own, prev, load)
+		}
 		k.Until(ph.name+": every pod on "+ph.to.image, rolledOutTo(t, k, own, ph.to, 3))
 		var leader *harness.PodProcess
 		k.Until(ph.name+": a leader of "+ph.to.version, func() error {
@@ -209,6 +213,51 @@ func TestUpgradeRollback(t *testing.T) {
 		}
 		pair = append(pair, start(of[stepping]))
 	}
+}
+
+// crashMidRollout, once pods of both releases run, pauses the rollout (kubectl rollout pause) and
+// crashes a pod of the old release: its kubelet starts it again, with the ConfigMap the upgrade left,
+// and it must run and say the old release's version, not crash-loop on a Corefile it cannot read
+// (issue: the previous release's pods restarted mid-rollout went down). Then the rollout resumes.
+// The crashed replica leaves the load pool first: a crash loses the queries in flight to it.
+func crashMidRollout(t *testing.T, k *harness.Kubelet, cp *harness.ControlPlane, old release, load *pool) {
+	t.Helper()
+	deploy := []string{"--namespace", "coredns-global", "deployment/coredns-global"}
+	k.Until("mid-rollout: pods of both releases", func() error {
+		olds := 0
+		for _, pp := range k.Running() {
+			if pp.Image == old.image {
+				olds++
+			}
+		}
+		if olds == 0 || olds == len(k.Running()) {
+			return fmt.Errorf("%d of %d running pods of %s", olds, len(k.Running()), old.version)
+		}
+		return nil
+	})
+	harness.RunKubectl(t, cp, "", append([]string{"rollout", "pause"}, deploy...)...)
+	var crashed *harness.PodProcess
+	k.Until("mid-rollout, paused: a pod of "+old.version+" running", func() error {
+		for _, pp := range k.Running() {
+			if pp.Image == old.image {
+				crashed = pp
+				return nil
+			}
+		}
+		return fmt.Errorf("no pod of %s running", old.version)
+	})
+	load.remove(crashed.C)
+	crashed.C.Kill()
+	k.Until("mid-rollout: "+crashed.Pod+" started again", func() error {
+		if crashed.Restarts == 0 {
+			return fmt.Errorf("%s not restarted", crashed.Pod)
+		}
+		return nil
+	})
+	if v := replicaVersion(t, crashed.C); v != "1.15.0+"+old.version {
+		t.Errorf("mid-rollout: %s restarted says version %q, want 1.15.0+%s", crashed.Pod, v, old.version)
+	}
+	harness.RunKubectl(t, cp, "", append([]string{"rollout", "resume"}, deploy...)...)
 }
 
 // rolledOutTo reports nil once the Deployment of cp's namespace of k runs n pods, all of r's
