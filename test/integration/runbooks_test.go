@@ -33,9 +33,10 @@ var (
 
 // notRun are the runbooks' commands that cannot run here, by prefix, with why.
 var notRun = map[string]string{
-	"linkerd multicluster ":                 "Linkerd's own CLI, which needs Linkerd's control plane and gateways: none runs here (the harness writes the objects Linkerd's service mirror writes)",
-	"kubectl -n linkerd-multicluster logs ": "the logs of Linkerd's own controllers: none runs here",
-	"kubectl -n coredns-global top ":        "needs metrics-server, which does not run here",
+	"linkerd multicluster ":                                        "Linkerd's own CLI, which needs Linkerd's control plane and gateways: none runs here (the harness writes the objects Linkerd's service mirror writes)",
+	"kubectl -n linkerd-multicluster logs ":                        "the logs of Linkerd's own controllers: none runs here",
+	"kubectl -n coredns-global top ":                               "needs metrics-server, which does not run here",
+	"dig @127.0.0.1 -p 5353 +tcp +short CH TXT foo.db.near.global": "an example of the zone near.global with policy nearest (the chart's policy.byZone), not of the chart's defaults",
 }
 
 // diagnoses are the commands whose failure here is what the runbook says it shows, or the
@@ -45,11 +46,16 @@ var diagnoses = map[string]*regexp.Regexp{
 	"kubectl get crd serviceimports.multicluster.x-k8s.io": regexp.MustCompile(`NotFound`),
 	// Every check passes but one: the harness's cluster has no cluster DNS, which TestCLICheck
 	// plays with --cluster-dns-addr.
-	"linkerd global check": regexp.MustCompile(`^[^×]*× the cluster DNS forwards the zones to the plugin\n\s+Service kube-system/kube-dns has no ready endpoint[^×]*Status check results are ×\n$`),
+	"linkerd global check":     checkButForwarding,
+	"bin/linkerd-global check": checkButForwarding,
 }
 
+// checkButForwarding is `linkerd global check` failing only its forwarding check.
+var checkButForwarding = regexp.MustCompile(`^[^×]*× the cluster DNS forwards the zones to the plugin\n\s+Service kube-system/kube-dns has no ready endpoint[^×]*Status check results are ×\n$`)
+
 // TestRunbooks runs every command of the alerts' runbooks (deploy/monitoring/rules.yaml), in
-// order, as the operator paged would, on the chart installed with install.md's commands: on a
+// order, as the operator paged would, then install.md's adding and removing a cluster and
+// troubleshooting.md's command lines, on the chart installed with install.md's commands: on a
 // control plane whose pods run for real, their logs and port-forwards reached through the API
 // server (harness.Kubelet.Serve); `linkerd global` is bin/linkerd-global, as Linkerd's CLI runs
 // its extensions; kubectl, dig and curl are the machine's. The cluster holds what the alerts look
@@ -150,11 +156,109 @@ func TestRunbooks(t *testing.T) {
 			harness.Eventually(t, "west's records back", func() error { return answers(t, k.Running()[0].C, "foo.db.global.", 4) })
 		}
 	}
+	addAndRemoveCluster(t, own, k, op, used)
+	troubleshoot(t, own, op, used)
 	for prefix := range notRun {
 		if !used[prefix] {
 			t.Errorf("no runbook has a command starting %q: drop it from notRun", prefix)
 		}
 	}
+}
+
+// addAndRemoveCluster runs install.md's "Adding and removing a cluster" as written, playing
+// Linkerd's part (the Link and mirrors of north, without labels, as Linkerd makes them; then, as
+// its unlinking, nothing: the block deletes them): north answered with the locality its Link was
+// given, in the written slices too; then gone from the answers, the slices and the status.
+func addAndRemoveCluster(t *testing.T, cp *harness.ControlPlane, k *harness.Kubelet, op *operator, used map[string]bool) {
+	ctx := context.Background()
+	const doc, step = "docs/install.md", "install.md: a cluster added"
+	north, err := harness.CreateMirror(ctx, cp.Client, mirror("db", "north", true, true))
+	testkit.Must(t, err)
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	testkit.Must(t, err)
+	testkit.Must(t, harness.ApplyLink(ctx, dyn, "linkerd-multicluster", "north", nil))
+	k.Until(step+": north answered", func() error { return answers(t, k.Running()[0].C, "foo.db.global.", 6) })
+	var outs []string
+	for _, command := range docLines(t, doc, "label link north") {
+		outs = append(outs, op.do(step, command, used))
+	}
+	if status := outs[1]; !regexp.MustCompile(`(?m)^north +region:eu-west-1,zone:eu-west-1a +link `).MatchString(status) {
+		t.Errorf("%s: linkerd global status:\n%s", step, status)
+	}
+	for _, ip := range []string{north.ClusterIPs["foo-0"], north.ClusterIPs["foo-1"]} {
+		if !strings.Contains(outs[2], ip) {
+			t.Errorf("%s: linkerd global explain has no %s:\n%s", step, ip, outs[2])
+		}
+	}
+	harness.Eventually(t, step+": north written", func() error {
+		return writtenSlices(t, cp.Client, "db", map[string]int{"east": 3, "west": 2, "north": 2})
+	})
+
+	const gone = "install.md: a cluster removed"
+	for _, command := range docLines(t, doc, "delete link north") {
+		op.do(gone, command, used)
+	}
+	k.Until(gone+": north's records out", func() error { return answers(t, k.Running()[0].C, "foo.db.global.", 4) })
+	harness.Eventually(t, gone+": north's endpoints out of the written slices", func() error {
+		return writtenSlices(t, cp.Client, "db", map[string]int{"east": 3, "west": 2})
+	})
+	if status, err := op.run("linkerd global status"); err != nil || strings.Contains(status, "\nnorth ") {
+		t.Errorf("%s: linkerd global status: %v\n%s", gone, err, status)
+	}
+}
+
+// troubleshootingRunnable are the spans of docs/troubleshooting.md that are whole command lines;
+// the others that name a program are references to one (`dig CH TXT`, `linkerd viz`) or, dig
+// without @, asked from a pod through the cluster's DNS.
+var troubleshootingRunnable = regexp.MustCompile(`^(kubectl -n \S+ \S+ \S+.*|linkerd global (check|status|version|install)( .*)?|linkerd global explain \S+.*|bin/linkerd-global \S+.*|dig @.*)$`)
+
+// placeholder is a word of a command template (`linkerd global explain NAME --from pod/NS/X`).
+var placeholder = regexp.MustCompile(`\b(NAME|NAMESPACE|NS|X)\b`)
+
+// troubleshoot runs docs/troubleshooting.md's command lines in order, in backticks or after a
+// $ prompt: the Link's label in the state its section describes, a Link without locality.
+func troubleshoot(t *testing.T, cp *harness.ControlPlane, op *operator, used map[string]bool) {
+	const doc = "docs/troubleshooting.md"
+	text := readFile(t, repoPath(t, doc))
+	dyn, err := dynamic.NewForConfig(cp.Config)
+	testkit.Must(t, err)
+	prompt := regexp.MustCompile("(?m)^\\s*\\$ (.*)$|`([^`]*)`")
+	ran := 0
+	for _, m := range prompt.FindAllStringSubmatch(text, -1) {
+		command := strings.Join(strings.Fields(m[1]+m[2]), " ")
+		if !runbookCommand.MatchString(command) {
+			continue
+		}
+		if !troubleshootingRunnable.MatchString(command) || placeholder.MatchString(command) {
+			why := "a reference to a command, or a template"
+			if strings.HasPrefix(command, "dig ") {
+				why = "asked from a pod through the cluster's DNS, which the harness has none of (TestProtocolCompliance and TestExplain ask the replicas the same)"
+			}
+			t.Logf("%s: not run: %s: %s", doc, command, why)
+			continue
+		}
+		if strings.Contains(command, "label link west ") {
+			testkit.Must(t, harness.ApplyLink(context.Background(), dyn, "linkerd-multicluster", "west", nil))
+		}
+		op.do(doc, strings.TrimSuffix(command, " &"), used)
+		ran++
+	}
+	op.stopBackground()
+	if ran < 10 {
+		t.Errorf("%s: %d commands run: the spans were not found", doc, ran)
+	}
+}
+
+// docLines are the command lines of doc's fenced block that holds text.
+func docLines(t *testing.T, doc, text string) []string {
+	t.Helper()
+	var out []string
+	for _, line := range strings.Split(docBlock(t, doc, text), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // alert is an alerting rule's name and the commands of its runbook, in order.
@@ -227,29 +331,30 @@ func newOperator(t *testing.T, cp *harness.ControlPlane, k *harness.Kubelet) *op
 
 // do runs one command of alert's runbook: a port-forward in the background until stopBackground,
 // any other to its end; what it must do is above (TestRunbooks).
-func (o *operator) do(alert, command string, used map[string]bool) {
+func (o *operator) do(alert, command string, used map[string]bool) string {
 	t := o.t
 	for prefix, why := range notRun {
 		if strings.HasPrefix(command, prefix) {
 			used[prefix] = true
 			t.Logf("%s: not run: %s: %s", alert, command, why)
-			return
+			return ""
 		}
 	}
 	if strings.Contains(command, " port-forward ") {
 		o.background(alert, command)
-		return
+		return ""
 	}
 	out, err := o.run(command)
 	if want, ok := diagnoses[command]; ok && err != nil && want.MatchString(out) {
-		return
+		return out
 	}
 	if err != nil || strings.TrimSpace(out) == "" {
 		t.Errorf("%s: `%s`: %v, printed:\n%s", alert, command, err, out)
-		return
+		return out
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 	t.Logf("%s: `%s`: %s ...", alert, command, first)
+	return out
 }
 
 // run runs command to its end, the kubelets playing meanwhile (kubectl delete pod waits for them).
