@@ -50,6 +50,15 @@ var diagnoses = map[string]*regexp.Regexp{
 	"bin/linkerd-global check": checkButForwarding,
 }
 
+// shows is what a runbook says a command finds here, by a part of the command: its output must match.
+var shows = map[string]*regexp.Regexp{
+	"grep -iE 'skip|not a DNS label|without'":                     regexp.MustCompile(`Service db/baz-west-1: cluster name "West_1" is not a DNS label`),
+	"get events -A --field-selector reason=GlobalServiceConflict": regexp.MustCompile(`service/bar-global`),
+	"| grep -i conflict": regexp.MustCompile(`writer: db/bar: conflict: db/bar-global exists and is not managed`),
+	"| grep owner":       regexp.MustCompile(`writer: owner ClusterRole coredns-global-write \(uid`),
+	"| grep 'writer:'":   regexp.MustCompile(`writer: \S+ leads \(lease coredns-global/coredns-global-writer\)`),
+}
+
 // checkButForwarding is `linkerd global check` failing only its forwarding check.
 var checkButForwarding = regexp.MustCompile(`^[^×]*× the cluster DNS forwards the zones to the plugin\n\s+Service kube-system/kube-dns has no ready endpoint[^×]*Status check results are ×\n$`)
 
@@ -351,6 +360,11 @@ func (o *operator) do(alert, command string, used map[string]bool) string {
 	if err != nil || strings.TrimSpace(out) == "" {
 		t.Errorf("%s: `%s`: %v, printed:\n%s", alert, command, err, out)
 		return out
+	}
+	for part, want := range shows {
+		if strings.Contains(command, part) && !want.MatchString(out) {
+			t.Errorf("%s: `%s` does not show %s:\n%s", alert, command, want, out)
+		}
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 	t.Logf("%s: `%s`: %s ...", alert, command, first)

@@ -48,7 +48,8 @@ func (c *conflicts) report(k index.Key, blocks string, obj metav1.Object, what s
 	ck := conflictKey{k, blocks}
 	if c.active[ck] != what {
 		c.active[ck] = what
-		telemetry.Log.Warningf("writer: %s: %s", k, what)
+		// "conflict" in the line, as in its resolution's: the runbook greps for it.
+		telemetry.Log.Warningf("writer: %s: conflict: %s", k, what)
 		if ro, ok := obj.(runtime.Object); ok && c.events != nil {
 			c.events.Event(ro, corev1.EventTypeWarning, "GlobalServiceConflict", fmt.Sprintf("%s wants to write this name for global service %s: %s", ManagedBy, k, what))
 		}
