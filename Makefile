@@ -126,21 +126,26 @@ image:
 		$(foreach a,$(IMAGE_ARCHS),-$(a) $(CURDIR)/bin/coredns-linux-$(a)) \
 		-source '$(IMAGE_SOURCE)' -revision '$(shell git rev-parse HEAD 2>/dev/null)' -version '$(VERSION)'
 
-# The previous release, which the upgrade and version-skew tests (TestUpgradeRollback) install before
-# this build and run beside it: its bin/coredns, built from its commit as `make build` builds it, and
-# its source (its chart). Bump both when a release is made (docs/releasing.md).
+# The previous release, which the upgrade and version-skew tests (TestUpgradeRollback, TestCLIPathBack)
+# install before this build and run beside it: its bin/coredns and its CLI, built from its commit as
+# its `make build` built them, and its source (its chart). Bump both when a release is made
+# (docs/releasing.md).
 PREVIOUS_VERSION := 0.1.0
 PREVIOUS_COMMIT  := f162abc64b896c9435f267f9b97995cdef133b19
 PREVIOUS_DIR     := $(CURDIR)/bin/previous-$(PREVIOUS_VERSION)
 export GLOBAL_PREVIOUS_DIR     := $(PREVIOUS_DIR)
 export GLOBAL_PREVIOUS_VERSION := $(PREVIOUS_VERSION)
-previous: $(PREVIOUS_DIR)/coredns
+previous: $(PREVIOUS_DIR)/coredns $(PREVIOUS_DIR)/linkerd-global
 
 $(PREVIOUS_DIR)/coredns:
 	rm -rf $(PREVIOUS_DIR) && mkdir -p $(PREVIOUS_DIR)/src
 	git cat-file -e $(PREVIOUS_COMMIT)^{commit} 2>/dev/null || git fetch --depth=1 origin $(PREVIOUS_COMMIT)
 	git archive $(PREVIOUS_COMMIT) | tar -x -C $(PREVIOUS_DIR)/src
 	cd $(PREVIOUS_DIR)/src && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(PREVIOUS_VERSION)' -o $@.tmp ./coredns
+	mv $@.tmp $@
+
+$(PREVIOUS_DIR)/linkerd-global: $(PREVIOUS_DIR)/coredns
+	cd $(PREVIOUS_DIR)/src/deploy/linkerd-global && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(PREVIOUS_VERSION)' -o $@.tmp .
 	mv $@.tmp $@
 
 KUBE_TOOLS := kube-apiserver kube-controller-manager kube-scheduler kubectl
