@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/restmapper"
 )
@@ -63,6 +67,7 @@ func writeManifests(w io.Writer, objs []manifest) error {
 
 func newPruneCmd(f *globalFlags) *cobra.Command {
 	var opts valueOptions
+	var applied string
 	cmd := &cobra.Command{
 		Use:   "prune [flags]",
 		Args:  cobra.NoArgs,
@@ -70,15 +75,26 @@ func newPruneCmd(f *globalFlags) *cobra.Command {
 		Long: `Output the Kubernetes resources that "linkerd global install" created and that install, with
 the same flags, no longer renders: after an upgrade that drops --ha (the PriorityClass and the
 PodDisruptionBudget) or namespaces (the Roles in them), or after an older build that rendered
-something this one does not. A Helm release's objects are never listed: Helm prunes its own.`,
+something this one does not. With --manifest, those that the manifest given has not, instead of
+this build's render: going back, the install output of the older build's CLI, which may have no
+prune of its own. A Helm release's objects are never listed: Helm prunes its own.`,
 		Example: `  linkerd global install --set clusterName=east | kubectl apply -f -
-  linkerd global prune --set clusterName=east | kubectl delete -f -`,
+  linkerd global prune --set clusterName=east | kubectl delete -f -
+  linkerd global prune --manifest previous.yaml | kubectl delete -f -`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if applied != "" && !onlyChanged(cmd, "manifest") {
+				return errors.New("--manifest gives the objects to keep: the chart's values and --ha cannot be given with it")
+			}
 			k, err := f.client()
 			if err != nil {
 				return err
 			}
-			rendered, err := render(opts, f.extensionNamespace())
+			var rendered []manifest
+			if applied != "" {
+				rendered, err = readManifests(cmd.InOrStdin(), applied)
+			} else {
+				rendered, err = render(opts, f.extensionNamespace())
+			}
 			if err != nil {
 				return err
 			}
@@ -90,7 +106,46 @@ something this one does not. A Helm release's objects are never listed: Helm pru
 		},
 	}
 	valueFlags(cmd, &opts)
+	cmd.Flags().StringVar(&applied, "manifest", "", "Keep the objects of this manifest (a file, or - for standard input) instead of this build's render")
 	return cmd
+}
+
+// onlyChanged says whether name is the one flag of cmd's own that was set.
+func onlyChanged(cmd *cobra.Command, name string) bool {
+	only := true
+	own := cmd.LocalNonPersistentFlags()
+	cmd.Flags().Visit(func(fl *pflag.Flag) { only = only && (fl.Name == name || own.Lookup(fl.Name) == nil) })
+	return only
+}
+
+// readManifests are the objects of the YAML stream in file, or standard input for "-".
+func readManifests(stdin io.Reader, file string) ([]manifest, error) {
+	r := stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	var out []manifest
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	for {
+		var o unstructured.Unstructured
+		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		if o.Object == nil {
+			continue // an empty document
+		}
+		if o.GetKind() == "" || o.GetName() == "" {
+			return nil, fmt.Errorf("%s: an object without a kind or a name", file)
+		}
+		out = append(out, manifest{apiVersion: o.GetAPIVersion(), kind: o.GetKind(), namespace: o.GetNamespace(), name: o.GetName()})
+	}
 }
 
 func newUninstallCmd(f *globalFlags) *cobra.Command {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -54,6 +56,7 @@ func TestCLICheck(t *testing.T) {
 	}
 	t.Run("examples", w.examples)
 	t.Run("prune", w.prune)
+	t.Run("back", w.back)
 	t.Run("uninstall", w.uninstall)
 }
 
@@ -347,9 +350,10 @@ func (w *checkWorld) prune(t *testing.T) {
 	testkit.Must(t, err)
 
 	examples := cliExamples(t)["prune"]
-	if len(examples) != 2 || !strings.HasPrefix(examples[0], "linkerd global install ") || !strings.HasPrefix(examples[1], "linkerd global prune ") {
+	if len(examples) != 3 || !strings.HasPrefix(examples[0], "linkerd global install ") || !strings.HasPrefix(examples[1], "linkerd global prune ") {
 		t.Fatalf("prune's examples: %q", examples)
 	}
+	examples = examples[:2] // the third, --manifest, is back's
 	narrow, stderr, code := cli(t, nil, "", strings.Fields(strings.TrimPrefix(strings.Split(examples[0], " | ")[0], "linkerd global "))...)
 	if code != 0 {
 		t.Fatalf("%s: %s", examples[0], stderr)
@@ -389,6 +393,42 @@ func (w *checkWorld) prune(t *testing.T) {
 		t.Errorf("prune deleted a Helm release's PodDisruptionBudget: %v", err)
 	}
 	w.manifests = narrow
+}
+
+// back goes back to the previous release with its CLI as docs/install.md says: its install output
+// applied, then this CLI's prune --manifest of that output (prune's third example): what this
+// build installed and the previous one does not render is deleted, what it renders is there.
+func (w *checkWorld) back(t *testing.T) {
+	prev := previousRelease(t)
+	dir := t.TempDir()
+	// The previous release's CLI, as its release names it.
+	testkit.Must(t, os.Symlink(filepath.Join(filepath.Dir(prev.binary), "linkerd-global"), filepath.Join(dir, "linkerd-global-"+prev.version+"-linux-amd64")))
+	block := docBlock(t, "docs/install.md", "prune --manifest previous.yaml")
+	if ex := cliExamples(t)["prune"][2]; !strings.Contains(block, ex+"\n") {
+		t.Errorf("docs/install.md's way back has no %q", ex)
+	}
+	if out, ok := runExample(t, w.cp, `export PATH="`+dir+`:$PATH"; cd "`+dir+`"`+"\n"+block); !ok {
+		t.Fatalf("docs/install.md's way back:\n%s\n%s", block, out)
+	}
+	previous := readFile(t, filepath.Join(dir, "previous.yaml"))
+	kept := placedObjects(t, previous)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(w.cp.Client.Discovery()))
+	for key, u := range placedObjects(t, w.manifests) {
+		if kept[key] == nil && w.exists(t, mapper, u) {
+			t.Errorf("back at %s, %s is still there", prev.version, key)
+		} else if kept[key] == nil {
+			t.Logf("back at %s, %s deleted", prev.version, key)
+		}
+	}
+	for key, u := range kept {
+		if !w.exists(t, mapper, u) {
+			t.Errorf("back at %s, %s is missing", prev.version, key)
+		}
+	}
+	if _, stderr, code := cli(t, w.cp, previous, "prune", "--manifest", "-", "--ha"); code == 0 || !strings.Contains(stderr, "--manifest gives the objects to keep") {
+		t.Errorf("prune --manifest with --ha: exit %d, %s", code, stderr)
+	}
+	w.manifests = previous
 }
 
 // placedObjects are the objects of a stream by kind, namespace and name.
