@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -36,9 +37,12 @@ type Kubelet struct {
 	// Started and Exited, when set, are told of each process once it started and once it exited,
 	// as a Service's endpoints would follow them.
 	Started, Exited func(*CoreDNS)
-	mu              sync.Mutex // procs, which Serve's handlers read
-	procs           map[types.UID]*PodProcess
-	nextIP          int
+	// RunJob, when set, starts the container of a pod that runs to completion (restartPolicy
+	// Never: `helm test`'s); the pod then Succeeds or Fails by its exit status.
+	RunJob func(p *corev1.Pod) (*Job, error)
+	mu     sync.Mutex // procs, which Serve's handlers read
+	procs  map[types.UID]*PodProcess
+	nextIP int
 }
 
 // PodProcess is a pod's running process.
@@ -48,8 +52,34 @@ type PodProcess struct {
 	// Previous is the process before the last restart (kubectl logs --previous), Restarts their count.
 	Previous *CoreDNS
 	Restarts int32
+	// Job is the process of a pod that runs to completion (RunJob), C nil; done once reported.
+	Job      *Job
+	done     bool
 	spec     corev1.PodSpec // the pod's ports, for port-forwards
 	stopping bool
+}
+
+// Job is a process that runs to completion, as a pod's container under restartPolicy Never.
+type Job struct{ proc *process }
+
+// StartJob runs argv in dir with env added, its output kept for its pod's log; it is killed when
+// the test ends.
+func StartJob(t testing.TB, dir string, env []string, argv ...string) (*Job, error) {
+	p, err := startProcess("job", dir, nil, env, argv[0], argv[1:]...)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(p.kill)
+	return &Job{proc: p}, nil
+}
+
+// Logs is the job's output so far.
+func (j *Job) Logs() string {
+	b, err := os.ReadFile(j.proc.logPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", j.proc.logPath, err)
+	}
+	return string(b)
 }
 
 // NewKubelet plays the kubelets of namespace ns of cp, starting each pod's container with run.
@@ -85,9 +115,16 @@ func (k *Kubelet) Sync() error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.forget(pods.Items)
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		pp := k.procs[p.UID]
+		if pp != nil && pp.Job != nil || pp == nil && p.Spec.RestartPolicy == corev1.RestartPolicyNever && k.RunJob != nil {
+			if err := k.syncJob(ctx, p, pp); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("pod %s: %w", p.Name, err)
+			}
+			continue
+		}
 		switch {
 		case p.DeletionTimestamp != nil && pp == nil:
 			err = k.remove(ctx, p)
@@ -132,6 +169,64 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod) error {
 	return err
 }
 
+// forget kills the processes of pods gone from the API without this kubelet seeing them
+// terminate (deleted with grace period 0: Helm's hook deletion, kubectl delete --force), as the
+// kubelet kills the containers of pods it no longer has.
+func (k *Kubelet) forget(pods []corev1.Pod) {
+	have := map[types.UID]bool{}
+	for _, p := range pods {
+		have[p.UID] = true
+	}
+	for uid, pp := range k.procs {
+		if have[uid] {
+			continue
+		}
+		delete(k.procs, uid)
+		if pp.Job != nil {
+			pp.Job.proc.kill()
+			continue
+		}
+		pp.C.Kill()
+		if k.Exited != nil {
+			k.Exited(pp.C)
+		}
+	}
+}
+
+// syncJob does what the kubelet does for a pod that runs to completion: starts its container once,
+// reports it Running, then Succeeded or Failed by its exit code; a deleted one is killed and removed.
+func (k *Kubelet) syncJob(ctx context.Context, p *corev1.Pod, pp *PodProcess) error {
+	switch {
+	case p.DeletionTimestamp != nil:
+		if pp != nil {
+			pp.Job.proc.kill()
+			delete(k.procs, p.UID)
+		}
+		return k.remove(ctx, p)
+	case pp == nil && p.Spec.NodeName != "":
+		job, err := k.RunJob(p)
+		if err != nil {
+			return err
+		}
+		k.procs[p.UID] = &PodProcess{Pod: p.Name, Image: p.Spec.Containers[0].Image, Job: job, spec: p.Spec}
+		k.nextIP++
+		SetPodStatus(p, Pod{IP: "10.244.9." + strconv.Itoa(k.nextIP%250+1)})
+	case pp != nil && !pp.done && pp.Job.proc.exited():
+		pp.done = true
+		code := int32(pp.Job.proc.cmd.ProcessState.ExitCode())
+		p.Status.Phase, p.Status.ContainerStatuses = corev1.PodSucceeded, []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: pp.Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Completed", FinishedAt: metav1.Now()}}}}
+		if code != 0 {
+			p.Status.Phase, p.Status.ContainerStatuses[0].State.Terminated.Reason = corev1.PodFailed, "Error"
+		}
+		setReady(p, false)
+	default:
+		return nil
+	}
+	_, err := k.cp.Client.CoreV1().Pods(k.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	return err
+}
+
 // restart runs the container of pod p again after its process exited, as the kubelet does under
 // restartPolicy Always (without its back-off: the tests restart a process on purpose).
 func (k *Kubelet) restart(ctx context.Context, p *corev1.Pod, pp *PodProcess) error {
@@ -173,26 +268,28 @@ func (k *Kubelet) remove(ctx context.Context, p *corev1.Pod) error {
 	return k.cp.Client.CoreV1().Pods(k.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 }
 
-// Running are the processes of the pods not terminating.
+// Running are the processes of the pods not terminating (not jobs').
 func (k *Kubelet) Running() []*PodProcess {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var out []*PodProcess
 	for _, pp := range k.procs {
-		if !pp.stopping {
+		if !pp.stopping && pp.C != nil {
 			out = append(out, pp)
 		}
 	}
 	return out
 }
 
-// Processes are the processes of every pod, terminating ones too.
+// Processes are the processes of every pod, terminating ones too (not jobs').
 func (k *Kubelet) Processes() []*PodProcess {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	out := make([]*PodProcess, 0, len(k.procs))
 	for _, pp := range k.procs {
-		out = append(out, pp)
+		if pp.C != nil {
+			out = append(out, pp)
+		}
 	}
 	return out
 }

@@ -89,6 +89,10 @@ func (k *Kubelet) containerLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("container %q in pod %q is not available", r.PathValue("container"), r.PathValue("pod")), http.StatusNotFound)
 		return
 	}
+	if pp.Job != nil {
+		io.WriteString(w, pp.Job.Logs())
+		return
+	}
 	c := pp.C
 	if r.URL.Query().Get("previous") == "true" {
 		if c = pp.Previous; c == nil {
@@ -191,6 +195,9 @@ func forward(pp *PodProcess, data, errs httpstream.Stream) {
 // declares its ports: its probes' paths name the health and ready plugins' ports, the container
 // port named metrics is prometheus's, and any other declared port is the DNS server's.
 func (pp *PodProcess) listener(port int32) string {
+	if pp.C == nil {
+		return "" // a job's
+	}
 	ctr := pp.spec.Containers[0]
 	for _, probe := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe} {
 		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Port.IntValue() != int(port) {
