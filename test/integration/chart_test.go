@@ -63,10 +63,10 @@ func renderFlags(t *testing.T) []string {
 }
 
 // helmTemplate renders the chart as release coredns-global in namespace coredns-global, with the
-// image repository set.
+// image repository set: the release's objects, without `helm test`'s pod (TestRunbooks runs it).
 func helmTemplate(t *testing.T, helm string, args ...string) (string, map[string]*unstructured.Unstructured) {
 	t.Helper()
-	args = append(append([]string{"template", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global"}, renderFlags(t)...), args...)
+	args = append(append([]string{"template", "coredns-global", chartPath(t, ""), "--namespace", "coredns-global", "--skip-tests"}, renderFlags(t)...), args...)
 	out := harness.RunHelm(t, helm, nil, args...)
 	return out, objectsOf(t, out)
 }

@@ -226,6 +226,8 @@ var documented = map[string][]string{
 	"image.digest":                       {"--set", "image.digest=sha256:" + strings.Repeat("ab", 32)},
 	"image.pullPolicy":                   {"--set", "image.pullPolicy=Always"},
 	"imagePullSecrets":                   {"--set-json", `imagePullSecrets=[{"name":"registry"}]`},
+	"tests.image":                        {"--set", "tests.image=registry.example.com/dig:1"},
+	"tests.name":                         {"--set", "tests.name=foo.db.global"},
 	"replicas":                           {"--set", "replicas=2"},
 	"strategy":                           {"--set-json", `strategy={"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":1,"maxSurge":0}}`},
 	"priorityClass.value":                {"--set", "priorityClass.create=true,priorityClass.value=1000"},
@@ -304,7 +306,7 @@ func TestCLIRendersTheChart(t *testing.T) {
 			t.Errorf("%s: install: %s", c.name, stderr)
 			continue
 		}
-		helmText, err := harness.TryHelm(t, helm, nil, append([]string{"template", "coredns-global", chart, "--namespace", "coredns-global",
+		helmText, err := harness.TryHelm(t, helm, nil, append([]string{"template", "coredns-global", chart, "--namespace", "coredns-global", "--skip-tests",
 			"--kube-version", strings.TrimPrefix(kubernetesVersion(t), "v")}, c.flags...)...)
 		if err != nil {
 			t.Errorf("%s: helm template: %v", c.name, err)

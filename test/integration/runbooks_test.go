@@ -167,6 +167,7 @@ func TestRunbooks(t *testing.T) {
 	}
 	addAndRemoveCluster(t, own, k, op, used)
 	troubleshoot(t, own, op, used)
+	helmTest(t, k, op)
 	for prefix := range notRun {
 		if !used[prefix] {
 			t.Errorf("no runbook has a command starting %q: drop it from notRun", prefix)
@@ -258,6 +259,39 @@ func troubleshoot(t *testing.T, cp *harness.ControlPlane, op *operator, used map
 	}
 }
 
+// helmTest runs install.md's `helm test` as written: while the cluster's DNS does not forward the
+// zone, it fails and its log says so; once it does (install.md's forward block, to a replica here),
+// it passes. The test pod runs as its kubelet would run it, its dig asking the resolver of its own
+// /etc/resolv.conf (dnsPolicy ClusterFirst, in a mount namespace of its own): the cluster DNS,
+// played by a coredns on 127.0.0.1:53.
+func helmTest(t *testing.T, k *harness.Kubelet, op *operator) {
+	const doc, step = "docs/install.md", "install.md: helm test"
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	testkit.Must(t, os.WriteFile(resolv, []byte("nameserver 127.0.0.1\nsearch coredns-global.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"), 0o644))
+	k.RunJob = func(p *corev1.Pod) (*harness.Job, error) {
+		ctr := p.Spec.Containers[0]
+		argv := append([]string{"unshare", "--mount", "--map-root-user", "sh", "-c", `mount --bind "$0" /etc/resolv.conf && exec "$@"`, resolv}, append(ctr.Command, ctr.Args...)...)
+		return harness.StartJob(t, t.TempDir(), nil, argv...)
+	}
+	command := "helm " + strings.Join(docCommand(t, doc, "helm test "), " ")
+
+	// The harness's own port first (it waits on it), then the cluster DNS's.
+	const port = ".:{{.Port}} {\n    errors\n}\n"
+	clusterDNS := harness.StartCoreDNS(t, nil, port+".:53 {\n    bind 127.0.0.1\n    errors\n}\n")
+	out, err := op.run(command)
+	if err == nil || !strings.Contains(out, "FAIL: the cluster DNS does not forward global. to coredns-global") {
+		t.Errorf("%s, the zone not forwarded: `%s`: %v\n%s", step, command, err, out)
+	}
+	clusterDNS.Stop()
+	replica := k.Running()[0].C
+	harness.StartCoreDNS(t, nil, port+"global:53 {\n    bind 127.0.0.1\n    forward . "+replica.Addr+"\n}\n.:53 {\n    bind 127.0.0.1\n    errors\n}\n")
+	if out, err := op.run(command); err != nil || !strings.Contains(out, "ok: the cluster DNS answers the SOA of global. from coredns-global") {
+		t.Errorf("%s, the zone forwarded: `%s`: %v\n%s", step, command, err, out)
+	} else {
+		t.Logf("%s: `%s`:\n%s", step, command, out)
+	}
+}
+
 // docLines are the command lines of doc's fenced block that holds text.
 func docLines(t *testing.T, doc, text string) []string {
 	t.Helper()
@@ -334,6 +368,7 @@ func newOperator(t *testing.T, cp *harness.ControlPlane, k *harness.Kubelet) *op
 	linkerd := "#!/bin/sh\n# Linkerd's CLI runs `linkerd NAME ...` as linkerd-NAME ... (its EXTENSIONS.md); only global is here.\n" +
 		"[ \"$1\" = global ] || { echo \"linkerd $1: not here\" >&2; exit 127; }\nshift\nexec " + cliBin + " \"$@\"\n"
 	testkit.Must(t, os.WriteFile(filepath.Join(shims, "linkerd"), []byte(linkerd), 0o755))
+	testkit.Must(t, os.Symlink(helms(t)["helm4"], filepath.Join(shims, "helm")))
 	env := append(os.Environ(), "PATH="+shims+":"+filepath.Dir(kubectl)+":"+os.Getenv("PATH"), "KUBECONFIG="+cp.Kubeconfig)
 	return &operator{t: t, k: k, env: env, dir: repoPath(t)}
 }
