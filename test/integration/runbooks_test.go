@@ -63,8 +63,9 @@ var shows = map[string]*regexp.Regexp{
 var checkButForwarding = regexp.MustCompile(`^[^×]*× the cluster DNS forwards the zones to the plugin\n\s+Service kube-system/kube-dns has no ready endpoint[^×]*Status check results are ×\n$`)
 
 // TestRunbooks runs every command of the alerts' runbooks (deploy/monitoring/rules.yaml), in
-// order, as the operator paged would, then install.md's adding and removing a cluster and
-// troubleshooting.md's command lines, on the chart installed with install.md's commands: on a
+// order, as the operator paged would, then install.md's adding and removing a cluster,
+// troubleshooting.md's command lines and install.md's `helm test`, on the chart installed with
+// install.md's commands: on a
 // control plane whose pods run for real, their logs and port-forwards reached through the API
 // server (harness.Kubelet.Serve); `linkerd global` is bin/linkerd-global, as Linkerd's CLI runs
 // its extensions; kubectl, dig and curl are the machine's. The cluster holds what the alerts look
