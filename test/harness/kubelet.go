@@ -171,7 +171,7 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod) error {
 
 // forget kills the processes of pods gone from the API without this kubelet seeing them
 // terminate (deleted with grace period 0: Helm's hook deletion, kubectl delete --force), as the
-// kubelet kills the containers of pods it no longer has.
+// kubelet kills the containers of pods it no longer has (pkg/kubelet/kubelet.go HandlePodRemoves).
 func (k *Kubelet) forget(pods []corev1.Pod) {
 	have := map[types.UID]bool{}
 	for _, p := range pods {
@@ -194,7 +194,8 @@ func (k *Kubelet) forget(pods []corev1.Pod) {
 }
 
 // syncJob does what the kubelet does for a pod that runs to completion: starts its container once,
-// reports it Running, then Succeeded or Failed by its exit code; a deleted one is killed and removed.
+// reports it Running, then Succeeded or Failed by its exit code (pkg/kubelet/kubelet_pods.go
+// getPhase: restartPolicy Never, every container terminated); a deleted one is killed and removed.
 func (k *Kubelet) syncJob(ctx context.Context, p *corev1.Pod, pp *PodProcess) error {
 	switch {
 	case p.DeletionTimestamp != nil:
@@ -228,7 +229,9 @@ func (k *Kubelet) syncJob(ctx context.Context, p *corev1.Pod, pp *PodProcess) er
 }
 
 // restart runs the container of pod p again after its process exited, as the kubelet does under
-// restartPolicy Always (without its back-off: the tests restart a process on purpose).
+// restartPolicy Always (pkg/kubelet/container/helpers.go ShouldContainerBeRestarted, from
+// kuberuntime_manager.go computePodActions; without its back-off: the tests crash a process on
+// purpose).
 func (k *Kubelet) restart(ctx context.Context, p *corev1.Pod, pp *PodProcess) error {
 	if k.Exited != nil {
 		k.Exited(pp.C)

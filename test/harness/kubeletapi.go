@@ -111,7 +111,9 @@ func (k *Kubelet) containerLogs(w http.ResponseWriter, r *http.Request) {
 
 // portForward serves the port-forward protocol (portforward.k8s.io over SPDY, which the API
 // server speaks to kubelets whatever the client spoke to it): each forwarded connection is a pair of
-// streams, data and error, with the same requestID, and is connected to the pod's port.
+// streams, data and error, with the same requestID, and is connected to the pod's port, as
+// the kubelet's getPortForward (pkg/kubelet/server/server.go) serves it with k8s.io/cri-streaming's
+// pkg/streaming/portforward.
 func (k *Kubelet) portForward(w http.ResponseWriter, r *http.Request) {
 	pp := k.process(r.PathValue("ns"), r.PathValue("pod"))
 	if pp == nil {
