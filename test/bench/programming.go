@@ -189,6 +189,7 @@ func programmingSections(o options) (dnsSec, wSec section) {
 type scenarioRun struct {
 	dnsLat, writeLat, pluginLat []float64
 	perChange                   float64
+	writes, changes             int // perChange's terms: a rounded 1.00 can hide a write
 }
 
 // progResults are what the goals read of every scenario.
@@ -209,7 +210,8 @@ func (res *progResults) add(dnsSec, wSec *section, s scenario, m scenarioRun) {
 	res.p99s = append(res.p99s, fmt.Sprintf("%s (%s, %d endpoints)", ms(quantile(m.dnsLat, .99)), s.name, s.n))
 	res.writerP99 = max(res.writerP99, quantile(m.writeLat, .99))
 	res.maxWrites = max(res.maxWrites, m.perChange)
-	fmt.Printf("%-40s %5d endpoints: DNS p99 %s, writer p99 %s, %.2f writes/change\n", s.name, s.n, ms(quantile(m.dnsLat, .99)), ms(quantile(m.writeLat, .99)), m.perChange)
+	fmt.Printf("%-40s %5d endpoints: DNS p99 %s, writer p99 %s, %.2f writes/change (%d writes, %d changes)\n",
+		s.name, s.n, ms(quantile(m.dnsLat, .99)), ms(quantile(m.writeLat, .99)), m.perChange, m.writes, m.changes)
 }
 
 // measureScenario makes changes changes of scenario s, each endpoint going down then up again,
@@ -263,6 +265,7 @@ func measureScenario(ctx context.Context, c kubernetes.Interface, d *harness.Cor
 		writes += after[k] - before[k]
 	}
 	m.perChange = writes / float64(changes)
+	m.writes, m.changes = int(writes), changes
 	return m, nil
 }
 
