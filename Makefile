@@ -37,10 +37,14 @@ K8S_PINNED   := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" {pri
 K8S_VERSION  ?= $(K8S_PINNED)
 ETCD_VERSION := $(shell awk '$$1 == "require" && $$2 == "go.etcd.io/etcd/server/v3" {print $$3}' test/controlplane/etcd/go.mod)
 CACHE_HOME   := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
+# The tools are linked without a symbol table or DWARF, as their own releases are (Kubernetes'
+# hack/lib/golang.sh since kubernetes#108371, Helm's Makefile): the links of the five largest
+# binaries a cold make test builds take less time, and nothing here debugs them.
+TOOL_LDFLAGS := -s -w
 # The Kubernetes binaries report their release, as released builds do (/version: Helm checks a
 # chart's kubeVersion against it); "_r2" in the cache key is that recipe.
 K8S_MINOR    := $(word 2,$(subst ., ,$(K8S_VERSION)))
-K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) -X k8s.io/component-base/version.gitMajor=1 \
+K8S_LDFLAGS  := $(TOOL_LDFLAGS) -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) -X k8s.io/component-base/version.gitMajor=1 \
 	-X k8s.io/component-base/version.gitMinor=$(K8S_MINOR) -X k8s.io/component-base/version.gitTreeState=clean
 CONTROLPLANE ?= $(CACHE_HOME)/globaldns/controlplane/kubernetes-$(K8S_VERSION)_etcd-$(ETCD_VERSION)_r2
 KUBE_MODULES := $(CACHE_HOME)/globaldns/controlplane/modules
@@ -155,7 +159,7 @@ controlplane: $(CONTROLPLANE)/etcd $(addprefix $(CONTROLPLANE)/,$(KUBE_TOOLS))
 # temporary name first so an interrupted build never leaves a broken binary in the cache.
 $(CONTROLPLANE)/etcd:
 	@mkdir -p $(@D)
-	cd test/controlplane/etcd && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp go.etcd.io/etcd/server/v3
+	cd test/controlplane/etcd && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(TOOL_LDFLAGS)' -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
 
 # The Kubernetes tools in one go build: their links overlap the compiles of each other's packages.
@@ -182,7 +186,7 @@ CYCLONEDX         ?= $(CACHE_HOME)/globaldns/tools/cyclonedx-gomod-$(CYCLONEDX_V
 
 $(CYCLONEDX):
 	@mkdir -p $(@D)
-	cd test/tools/cyclonedx && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
+	cd test/tools/cyclonedx && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(TOOL_LDFLAGS)' -o $@.tmp github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 	mv $@.tmp $@
 
 # A release, into RELEASE_DIR: the image archive, the coredns binaries in it, the chart packaged for
@@ -213,7 +217,7 @@ helm: $(HELM3) $(HELM4)
 
 $(HELM3) $(HELM4):
 	@mkdir -p $(@D)
-	cd test/tools/helm$(if $(filter $(HELM3),$@),3,4) && CGO_ENABLED=0 $(GO) build -trimpath -o $@.tmp \
+	cd test/tools/helm$(if $(filter $(HELM3),$@),3,4) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(TOOL_LDFLAGS)' -o $@.tmp \
 		helm.sh/helm/v$(if $(filter $(HELM3),$@),3,4)/cmd/helm
 	mv $@.tmp $@
 
@@ -221,7 +225,7 @@ promtool: $(PROMTOOL)
 
 $(PROMTOOL):
 	@mkdir -p $(@D)
-	cd test/tools/promtool && CGO_ENABLED=0 $(GO) build -trimpath -tags remove_all_sd -o $@.tmp github.com/prometheus/prometheus/cmd/promtool
+	cd test/tools/promtool && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(TOOL_LDFLAGS)' -tags remove_all_sd -o $@.tmp github.com/prometheus/prometheus/cmd/promtool
 	mv $@.tmp $@
 
 vet:
@@ -234,7 +238,8 @@ vet:
 # alone, in bin/test-release), then runs them, each phase timed: the times are printed at the end
 # (and kept in bin/test-phases). Tests marked t.Parallel run TEST_PARALLEL at a time: the
 # integration suite's mostly wait on processes (test/integration/main_test.go says which may run
-# beside others).
+# beside others). The integration package, the longest by far, is named first so that go test
+# starts it first and the unit packages run beside it, not before it.
 TEST_PHASES   := build release-files previous controlplane helm promtool testbins vet testbuild dig
 TEST_PARALLEL ?= 8
 PHASES_LOG    := $(CURDIR)/bin/test-phases
@@ -249,7 +254,7 @@ test:
 	@for p in $(TEST_PHASES); do $(call timed,make $$p,$(MAKE) --no-print-directory $$p IMAGE_ARCHS='$(IMAGE_ARCHS)' \
 		CLI_PLATFORMS='$(CLI_PLATFORMS)' RELEASE_DIR='$(RELEASE_DIR)') || exit 1; done
 	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
-	@$(call timed,go test ./...,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./...)
+	@$(call timed,go test ./...,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./test/integration ./...)
 	@$(call timed,go test deploy/image,cd deploy/image && $(GO) test -count=1 ./...)
 	@$(call timed,go test deploy/linkerd-global,cd deploy/linkerd-global && $(GO) test -count=1 ./...)
 	@echo "make test's phases:"; sed 's/^/  /' $(PHASES_LOG)
