@@ -77,7 +77,7 @@ func zonesOf(args, keys []string) []string {
 	for _, a := range args {
 		z := keyZone(a)
 		if z == "." {
-			z = "global."
+			z = contract.Name + "." // as the plugin reads the root (defaultZone)
 		}
 		if !slices.Contains(zones, z) {
 			zones = append(zones, z)

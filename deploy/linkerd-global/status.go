@@ -143,15 +143,14 @@ func servicesByCluster(ctx context.Context, k *kube, writer bool) (map[string]in
 	if !writer {
 		return nil, nil
 	}
-	const managedBySlices = "global.globaldns.io" // the writer's endpointslice.kubernetes.io/managed-by
-	list, err := k.client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + managedBySlices})
+	list, err := k.client.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=" + contract.SlicesManagedBy})
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
 	out := map[string]int{}
 	for _, s := range list.Items {
-		c, svc := s.Labels["globaldns.io/source-cluster"], s.Labels["globaldns.io/global-service"]
+		c, svc := s.Labels[contract.LabelCluster], s.Labels[contract.LabelService]
 		if key := c + "/" + s.Namespace + "/" + svc; c != "" && !seen[key] {
 			seen[key] = true
 			out[c]++

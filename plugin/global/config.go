@@ -34,7 +34,7 @@ import (
 
 // Defaults.
 const (
-	defaultZone           = "global." // the root's: a server block for every name serves global.
+	defaultZone           = contract.Name + "." // the root's: a server block for every name serves global.
 	defaultCluster        = "local"
 	defaultTTL            = 5
 	defaultStartupTimeout = 5 * time.Second

@@ -82,4 +82,10 @@ const (
 	// LabelManagedBy and ManagedBy mark an object as written by this plugin, the Kubernetes way.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "coredns-global"
+	// LabelService names the global service an object is written for (on the Service and slices).
+	LabelService = Domain + "/global-service"
+	// LabelCluster names the member cluster whose endpoints a slice holds.
+	LabelCluster = Domain + "/source-cluster"
+	// SlicesManagedBy is the writer's value of endpointslice.kubernetes.io/managed-by.
+	SlicesManagedBy = "global." + Domain
 )

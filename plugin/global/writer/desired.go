@@ -23,11 +23,9 @@ import (
 // writer's LabelWriter, are ever updated or deleted; anything else in the way is reported and left
 // alone.
 const (
-	Domain = contract.Domain
-	// LabelService names the global service an object is written for (on the Service and slices).
-	LabelService = Domain + "/global-service"
-	// LabelCluster names the member cluster whose endpoints a slice holds.
-	LabelCluster = Domain + "/source-cluster"
+	Domain       = contract.Domain
+	LabelService = contract.LabelService
+	LabelCluster = contract.LabelCluster
 	// LabelManagedBy and ManagedBy mark the Service (and slices) as written by this plugin, the
 	// Kubernetes way.
 	LabelManagedBy = contract.LabelManagedBy
@@ -36,7 +34,7 @@ const (
 	// plugin, with a lease of its own, may write objects with the labels above too.
 	LabelWriter = contract.LabelWriter
 	// ControllerName is our value of endpointslice.kubernetes.io/managed-by.
-	ControllerName = "global." + Domain
+	ControllerName = contract.SlicesManagedBy
 
 	DefaultSuffix = "-global"
 	// MCSSuffix ends the names of the MCS slices of a global service: <svc>-mcs-<cluster>-...
