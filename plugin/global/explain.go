@@ -185,7 +185,7 @@ func recordState(s *selection, r *index.Record) (state string, more contract.Lin
 	n := s.name
 	state = strings.ReplaceAll(r.State(), "_", "-")
 	switch {
-	case n.form == formSRV || n.form == formProto:
+	case n.form.ofPorts():
 		if more = portsOf(r, n); more == nil && r.Ready {
 			state = "no-matching-port"
 		}

@@ -24,6 +24,10 @@ const (
 	formAboveNameserver             // dns.<zone> (mcs): the empty non-terminal above ns1.dns.<zone>
 )
 
+// ofPorts reports whether f names ports of a service: an SRV name or the _<proto> above it, whose
+// records are the service's records that have such a port.
+func (f form) ofPorts() bool { return f == formSRV || f == formProto }
+
 // scheme is how names are formed under a zone: this plugin's own (<svc>.<ns>.global), or the
 // Kubernetes Multi-Cluster Services DNS specification's (<svc>.<ns>.svc.clusterset.local).
 type scheme uint8
@@ -61,7 +65,7 @@ func (s scheme) parse(n *name, qname, zone string) {
 	if !zonal {
 		return
 	}
-	if s.parseBase(n, base, zone); z == zonalNone || n.form != formService && n.form != formSRV && n.form != formProto {
+	if s.parseBase(n, base, zone); z == zonalNone || n.form != formService && !n.form.ofPorts() {
 		*n = name{} // an unknown directive, or a name without records: NXDOMAIN, as CoreDNS
 		return
 	}
@@ -188,7 +192,7 @@ func (n *name) scopes(r *index.Record) bool {
 // matches reports whether record r has a port n asks for: any record for names without a port
 // label, else one with a port of n's name (any, for _<proto> names) and protocol.
 func (n *name) matches(r *index.Record) bool {
-	if n.form != formSRV && n.form != formProto {
+	if !n.form.ofPorts() {
 		return true
 	}
 	return slices.ContainsFunc(r.Ports, n.matchesPort)

@@ -126,7 +126,7 @@ func keeps(a, aaaa []index.Record, f index.Family, t uint8) bool {
 // answersTier reports whether the answer to the name holds records of tier t.
 func (s *selection) answersTier(t uint8) bool {
 	kept := [2][]index.Record{s.a, s.aaaa}
-	if s.name.form == formSRV || s.name.form == formProto {
+	if s.name.form.ofPorts() {
 		kept = [2][]index.Record{s.srv.A, s.srv.AAAA}
 	}
 	for _, rs := range kept {
@@ -196,7 +196,7 @@ func portFilter(s *selection, limit int) func(*index.Record) bool {
 
 // filtersPorts reports whether portFilter filters.
 func filtersPorts(s *selection, limit int) bool {
-	return (s.name.form == formSRV || s.name.form == formProto) && cut(s.svc, limit)
+	return s.name.form.ofPorts() && cut(s.svc, limit)
 }
 
 // cut reports whether a view of svc may be cut at limit records of a family: svc has more.

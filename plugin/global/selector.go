@@ -42,7 +42,7 @@ func (c *selector) choose(s *selection, qtype uint16, limit int) {
 	var v index.View // one, not one per call on the stack (see ServeDNS)
 	switch {
 	case s.svc == nil:
-	case n.zonal == zonalNone && n.host == "" && n.form != formSRV && n.form != formProto && (s.client != nil || cut(s.svc, limit)):
+	case n.zonal == zonalNone && n.host == "" && !n.form.ofPorts() && (s.client != nil || cut(s.svc, limit)):
 		// Ranked whole from the client (the ranked view is empty where the cluster's is), or a
 		// service bigger than the view: the index remembers the view, of whole tiers, so that
 		// rotation spreads over the whole nearest tier.
@@ -241,7 +241,7 @@ func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View, 
 		return kindNoService, false
 	case !answers: // a short name's namespace keeps it, not its zonal names, which are the service's
 		return kindService, short && n.zonal == zonalNone && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
-	case n.form == formProto, n.form == formSRV:
+	case n.form.ofPorts():
 		return kindService, anyMatches(view.A, n) || anyMatches(view.AAAA, n)
 	}
 	return kindService, true
