@@ -1,14 +1,12 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/globaldns/global/plugin/global/contract"
@@ -104,7 +102,7 @@ func status(ctx context.Context, f *globalFlags, dnsAddr string) ([]clusterStatu
 		}
 		row := clusterStatus{Cluster: lk.cluster, Source: "nothing", Locality: "none"}
 		if loc := in.config.locality(lk.cluster, lk.labels); len(loc) > 0 {
-			row.Locality, row.Source = describeLocality(loc), "link"
+			row.Locality, row.Source = contract.DescribeLocality(loc), "link"
 			if len(in.config.Localities[lk.cluster]) > 0 {
 				row.Source = "corefile"
 			}
@@ -157,16 +155,6 @@ func servicesByCluster(ctx context.Context, k *kube, writer bool) (map[string]in
 		}
 	}
 	return out, nil
-}
-
-// describeLocality writes a locality as the plugin does: zone:a,region:b (keys shortened).
-func describeLocality(loc map[string]string) string {
-	var parts []string
-	for _, k := range sorted(keys(loc)) {
-		short := map[string]string{contract.ZoneKey: "zone", contract.RegionKey: "region"}[k]
-		parts = append(parts, cmp.Or(short, k)+":"+loc[k])
-	}
-	return strings.Join(parts, ",")
 }
 
 func writeStatus(w io.Writer, rows []clusterStatus) error {

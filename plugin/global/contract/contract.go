@@ -8,7 +8,12 @@
 // validation only.
 package contract
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
 
 // Name is the plugin's name: its Corefile directive, and the zone its names live under.
 const Name = "global"
@@ -40,6 +45,30 @@ func LocalityKey(k string) string {
 		return RegionKey
 	}
 	return k
+}
+
+// ShortKey is the inverse of LocalityKey: zone and region for their keys, any other key as it is.
+func ShortKey(k string) string {
+	switch k {
+	case ZoneKey:
+		return "zone"
+	case RegionKey:
+		return "region"
+	}
+	return k
+}
+
+// DescribeLocality is how explanations and linkerd-global show a locality: its key:value pairs
+// sorted by key, keys short (ShortKey), joined by commas; "none" when it has none.
+func DescribeLocality(l map[string]string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(l))
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, ShortKey(k)+":"+l[k])
+	}
+	return strings.Join(parts, ",")
 }
 
 // TopologyKey is the key a word of `topology` names, and whether it is a locality key (LocalityKey),

@@ -145,7 +145,7 @@ func (t *Topology) ClientWhy(r *Record, c *Client) string {
 		case k == ClusterKey:
 			return ClusterKey
 		default:
-			return shortKey(k) + ":" + c.Labels[k]
+			return contract.ShortKey(k) + ":" + c.Labels[k]
 		}
 	}
 	return "none"
@@ -157,7 +157,7 @@ func (t *Topology) Describe(c *Client) string {
 	parts := []string{"node:" + c.Node}
 	for _, k := range t.ClientKeys {
 		if v := c.Labels[k]; v != "" && k != HostnameKey {
-			parts = append(parts, shortKey(k)+":"+v)
+			parts = append(parts, contract.ShortKey(k)+":"+v)
 		}
 	}
 	return strings.Join(parts, ",")

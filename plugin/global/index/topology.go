@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/globaldns/global/plugin/global/contract"
 )
@@ -81,7 +80,7 @@ func (t *Topology) With(d Discovered) (*Topology, []string) {
 			out.Locality[cluster], out.LocalityFrom[cluster] = l, from
 		case contradicts(have, l) && out.LocalityFrom[cluster] == SourceCorefile:
 			warnings = append(warnings, fmt.Sprintf("cluster %q is at %s in the Corefile (`locality`) and at %s by its %s: the Corefile's is used",
-				cluster, describeLocality(have), describeLocality(l), map[string]string{SourceLink: "Link", SourceNodes: "Nodes"}[from]))
+				cluster, contract.DescribeLocality(have), contract.DescribeLocality(l), map[string]string{SourceLink: "Link", SourceNodes: "Nodes"}[from]))
 		}
 	}
 	learn(out.Local, d.Nodes, SourceNodes)
@@ -133,29 +132,7 @@ func (t *Topology) Equal(o *Topology) bool {
 
 // DescribeLocality renders cluster's locality as key:value pairs (zone and region short), "none".
 func (t *Topology) DescribeLocality(cluster string) string {
-	return describeLocality(t.Locality[cluster])
-}
-
-func describeLocality(l map[string]string) string {
-	if len(l) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(l)) {
-		parts = append(parts, shortKey(k)+":"+l[k])
-	}
-	return strings.Join(parts, ",")
-}
-
-// shortKey is zone and region for the well-known keys, the key itself for others.
-func shortKey(k string) string {
-	switch k {
-	case ZoneKey:
-		return "zone"
-	case RegionKey:
-		return "region"
-	}
-	return k
+	return contract.DescribeLocality(t.Locality[cluster])
 }
 
 // Tier returns the tier of cluster.
@@ -173,7 +150,7 @@ func (t *Topology) Why(cluster string) string {
 	case key == "":
 		return "none"
 	default:
-		return shortKey(key) + ":" + t.Locality[cluster][key]
+		return contract.ShortKey(key) + ":" + t.Locality[cluster][key]
 	}
 }
 
