@@ -238,8 +238,7 @@ vet:
 # alone, in bin/test-release), then runs them, each phase timed: the times are printed at the end
 # (and kept in bin/test-phases). Tests marked t.Parallel run TEST_PARALLEL at a time: the
 # integration suite's mostly wait on processes (test/integration/main_test.go says which may run
-# beside others). The integration package, the longest by far, is named first so that go test
-# starts it first and the unit packages run beside it, not before it.
+# beside others).
 TEST_PHASES   := build release-files previous controlplane helm promtool testbins vet testbuild dig
 TEST_PARALLEL ?= 8
 PHASES_LOG    := $(CURDIR)/bin/test-phases
@@ -254,7 +253,7 @@ test:
 	@for p in $(TEST_PHASES); do $(call timed,make $$p,$(MAKE) --no-print-directory $$p IMAGE_ARCHS='$(IMAGE_ARCHS)' \
 		CLI_PLATFORMS='$(CLI_PLATFORMS)' RELEASE_DIR='$(RELEASE_DIR)') || exit 1; done
 	@command -v dig >/dev/null || { echo "the tests send queries with dig -b: install Debian's bind9-dnsutils"; exit 1; }
-	@$(call timed,go test ./...,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./test/integration ./...)
+	@$(call timed,go test ./...,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -parallel $(TEST_PARALLEL) ./...)
 	@$(call timed,go test deploy/image,cd deploy/image && $(GO) test -count=1 ./...)
 	@$(call timed,go test deploy/linkerd-global,cd deploy/linkerd-global && $(GO) test -count=1 ./...)
 	@echo "make test's phases:"; sed 's/^/  /' $(PHASES_LOG)
