@@ -33,8 +33,8 @@ const (
 	// LabelWriter names the writer that owns an object (see Owner): another deployment of the
 	// plugin, with a lease of its own, may write objects with the labels above too.
 	LabelWriter = contract.LabelWriter
-	// ControllerName is our value of endpointslice.kubernetes.io/managed-by.
-	ControllerName = contract.SlicesManagedBy
+	// SlicesManagedBy is our value of endpointslice.kubernetes.io/managed-by (on slices only).
+	SlicesManagedBy = contract.SlicesManagedBy
 
 	DefaultSuffix = "-global"
 	// MCSSuffix ends the names of the MCS slices of a global service: <svc>-mcs-<cluster>-...
@@ -114,7 +114,7 @@ func ServiceSelector(owner string) string {
 }
 
 func SliceSelector(owner string) string {
-	return discoveryv1.LabelManagedBy + "=" + ControllerName + "," + ServiceSelector(owner)
+	return discoveryv1.LabelManagedBy + "=" + SlicesManagedBy + "," + ServiceSelector(owner)
 }
 
 // desiredEndpoints returns every endpoint of s, ready or not, by group. The -global slices name an

@@ -47,7 +47,7 @@ func desiredImport(k index.Key, svc *corev1.Service, owner string) *mcsv1alpha1.
 // the MCS labels instead.
 func mcsSet(k index.Key, si *mcsv1alpha1.ServiceImport, owner string) sliceSet {
 	labels := ownLabels(k.Name, owner)
-	labels[discoveryv1.LabelManagedBy] = ControllerName
+	labels[discoveryv1.LabelManagedBy] = SlicesManagedBy
 	labels[mcsv1alpha1.LabelServiceName] = k.Name
 	labels[corev1.IsHeadlessService] = "" // kube-proxy ignores the slice, as the admission policy requires
 	return sliceSet{

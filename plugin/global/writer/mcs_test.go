@@ -113,7 +113,7 @@ func TestReconcilerLeavesForeignServiceImportAlone(t *testing.T) {
 // Off (or without the CRD), the MCS slices this writer wrote are deleted.
 func TestReconcilerDeletesMCSSlicesWhenOff(t *testing.T) {
 	labels := ownLabels("foo", testOwner)
-	labels[discoveryv1.LabelManagedBy] = ControllerName
+	labels[discoveryv1.LabelManagedBy] = SlicesManagedBy
 	labels[mcsv1alpha1.LabelServiceName] = "foo"
 	old := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "db", Name: "foo-mcs-west-ipv4-0", UID: "1", Labels: labels}}
 	r, client := newTestReconciler(old)

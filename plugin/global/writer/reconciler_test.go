@@ -229,7 +229,7 @@ func testStaleUpdate(t *testing.T, answer func(name string) error) {
 func TestReconcilerOwnership(t *testing.T) {
 	labels := func(owner string) map[string]string {
 		l := ownLabels("foo", owner)
-		l[discoveryv1.LabelManagedBy] = ControllerName
+		l[discoveryv1.LabelManagedBy] = SlicesManagedBy
 		l[discoveryv1.LabelServiceName] = "foo-old"
 		return l
 	}

@@ -107,7 +107,7 @@ type sliceSet struct {
 func globalSet(k index.Key, svc *corev1.Service, owner string, mesh meshFunc) sliceSet {
 	labels := ownLabels(k.Name, owner)
 	labels[discoveryv1.LabelServiceName] = svc.Name
-	labels[discoveryv1.LabelManagedBy] = ControllerName
+	labels[discoveryv1.LabelManagedBy] = SlicesManagedBy
 	labels[corev1.IsHeadlessService] = "" // kube-proxy ignores the slice, as the admission policy requires
 	return sliceSet{
 		namespace: svc.Namespace, prefix: svc.Name, labels: labels, clusterLabels: []string{LabelCluster}, mesh: mesh,

@@ -72,7 +72,7 @@ func TestSweepDeletesOnlyOursOutsideTheNamespaces(t *testing.T) {
 		m := metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"team": "theirs"}}
 		if owner != "" {
 			m.Labels = ownLabels("foo", owner)
-			m.Labels[discoveryv1.LabelManagedBy] = ControllerName
+			m.Labels[discoveryv1.LabelManagedBy] = SlicesManagedBy
 		}
 		return m
 	}
