@@ -230,8 +230,8 @@ func (k *Kubelet) syncJob(ctx context.Context, p *corev1.Pod, pp *PodProcess) er
 
 // restart runs the container of pod p again after its process exited, as the kubelet does under
 // restartPolicy Always (pkg/kubelet/container/helpers.go ShouldContainerBeRestarted, from
-// kuberuntime_manager.go computePodActions; without its back-off: the tests crash a process on
-// purpose).
+// pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions; without its back-off: the
+// tests crash a process on purpose).
 func (k *Kubelet) restart(ctx context.Context, p *corev1.Pod, pp *PodProcess) error {
 	if k.Exited != nil {
 		k.Exited(pp.C)

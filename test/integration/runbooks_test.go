@@ -62,18 +62,18 @@ var shows = map[string]*regexp.Regexp{
 // checkButForwarding is `linkerd global check` failing only its forwarding check.
 var checkButForwarding = regexp.MustCompile(`^[^×]*× the cluster DNS forwards the zones to the plugin\n\s+Service kube-system/kube-dns has no ready endpoint[^×]*Status check results are ×\n$`)
 
-// TestRunbooks runs every command of the alerts' runbooks (deploy/monitoring/rules.yaml), in
-// order, as the operator paged would, then install.md's adding and removing a cluster,
+// TestRunbooks runs every command of the alerts' runbooks (deploy/monitoring/rules.yaml), in order,
+// as the operator paged would, then install.md's adding and removing a cluster,
 // troubleshooting.md's command lines and install.md's `helm test`, on the chart installed with
-// install.md's commands: on a
-// control plane whose pods run for real, their logs and port-forwards reached through the API
-// server (harness.Kubelet.Serve); `linkerd global` is bin/linkerd-global, as Linkerd's CLI runs
-// its extensions; kubectl, dig and curl are the machine's. The cluster holds what the alerts look
-// for: a replica that restarted (logs --previous), an object with a problem, a global service's
-// name held by a Service the writer did not create, and a linked cluster whose gateway is down,
-// then alive (the dead gateway still answered). Each command must exit 0 (a grep must find what
-// the runbook says it finds) or fail as its runbook says; a port-forward runs in the background
-// for the rest of its runbook; unlinking the cluster takes its records out of the answers.
+// install.md's commands: on a control plane whose pods run for real, their logs and port-forwards
+// reached through the API server (harness.Kubelet.Serve); `linkerd global` is bin/linkerd-global,
+// as Linkerd's CLI runs its extensions; kubectl, dig and curl are the machine's. The cluster holds
+// what the alerts look for: a replica that restarted (logs --previous), an object with a problem, a
+// global service's name held by a Service the writer did not create, and a linked cluster whose
+// gateway is down, then alive (the dead gateway still answered). Each command must exit 0 (a grep
+// must find what the runbook says it finds) or fail as its runbook says; a port-forward runs in the
+// background for the rest of its runbook; unlinking the cluster takes its records out of the
+// answers.
 func TestRunbooks(t *testing.T) {
 	t.Parallel()
 	own := harness.StartWith(t, harness.Options{Controllers: []string{"deployment", "replicaset"}, Scheduler: true})
