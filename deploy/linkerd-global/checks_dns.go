@@ -70,7 +70,7 @@ func (hc *healthChecker) checkForwarding(ctx context.Context) error {
 		return err
 	}
 	var problems []string
-	for _, zone := range hc.in.config.zones {
+	for _, zone := range hc.in.config.Zones {
 		if p := forwards(ctx, addr, zone); p != "" {
 			problems = append(problems, p)
 		}
@@ -114,7 +114,7 @@ func (hc *healthChecker) checkNodeLocal(ctx context.Context) error {
 		return err
 	}
 	var problems []string
-	for _, zone := range hc.in.config.zones {
+	for _, zone := range hc.in.config.Zones {
 		if p := nodeLocalForwards(blocks, zone); p != "" {
 			problems = append(problems, p)
 		}

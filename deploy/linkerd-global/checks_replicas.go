@@ -57,7 +57,7 @@ func (hc *healthChecker) checkSynced(ctx context.Context) error {
 		return err
 	}
 	hc.apexes, hc.members = map[string]line{}, nil
-	zone := hc.in.config.zones[0]
+	zone := hc.in.config.Zones[0]
 	for _, t := range targets {
 		rcode, lines, err := explanation(ctx, t.addr, zone)
 		switch {

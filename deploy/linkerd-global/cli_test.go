@@ -120,13 +120,13 @@ func TestGlobalConfig(t *testing.T) {
 }
 `)
 	testkit.Must(t, err)
-	if !slices.Equal(c.zones, []string{"global.", "clusterset.local."}) || c.Writer || c.LeaseNamespace != "dns" || c.LeaseName != "writer" ||
+	if !slices.Equal(c.Zones, []string{"global.", "clusterset.local."}) || c.Writer || c.LeaseNamespace != "dns" || c.LeaseName != "writer" ||
 		!slices.Equal(c.Namespaces, []string{"db", "web"}) || c.Localities["east"][contract.ZoneKey] != "us-east-1a" || !slices.Equal(c.Topology, []string{contract.RegionKey}) {
 		t.Errorf("%+v", c)
 	}
 	c, err = globalConfig("Corefile", ".:53 {\n    global near.global global\n}\n")
 	testkit.Must(t, err)
-	if !slices.Equal(c.zones, []string{"near.global.", "global."}) || !c.Writer || c.LeaseName != contract.DefaultLeaseName {
+	if !slices.Equal(c.Zones, []string{"near.global.", "global."}) || !c.Writer || c.LeaseName != contract.DefaultLeaseName {
 		t.Errorf("%+v", c)
 	}
 	if _, err := globalConfig("Corefile", ".:53 {\n    forward . 1.1.1.1\n}\n"); err == nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/coredns/caddy/caddyfile"
+	"github.com/coredns/coredns/plugin"
 	"github.com/miekg/dns"
 )
 
@@ -17,20 +18,23 @@ func nodeLocalForwards(blocks []caddyfile.ServerBlock, zone string) string {
 	best, bestKey, bestLabels := -1, "", 0
 	for i, sb := range blocks {
 		for _, k := range sb.Keys {
-			z := keyZone(k)
-			if n := dns.CountLabel(z); z != "." && dns.IsSubDomain(z, zone) && n > bestLabels {
-				best, bestKey, bestLabels = i, z, n
+			for _, z := range plugin.Host(k).NormalizeExact() { // as CoreDNS reads a server block's key
+				if n := dns.CountLabel(z); z != "." && dns.IsSubDomain(z, zone) && n > bestLabels {
+					best, bestKey, bestLabels = i, z, n
+				}
 			}
 		}
 	}
 	if best < 0 {
 		return fmt.Sprintf("%s: NodeLocal DNSCache has no server block for it and sends it to the node's upstream resolvers", zone)
 	}
-	fwd := directives(blocks[best], "forward")
-	if len(fwd) == 0 || len(fwd[0].Args) < 2 {
+	fwd := caddyfile.NewDispenserTokens("", blocks[best].Tokens["forward"])
+	fwd.Next()
+	args := fwd.RemainingArgs() // of its first forward: FROM TO...
+	if len(args) < 2 {
 		return fmt.Sprintf("%s: NodeLocal DNSCache's block %s does not forward it", zone, bestKey)
 	}
-	for _, to := range fwd[0].Args[1:] {
+	for _, to := range args[1:] {
 		for _, u := range upstreams {
 			if strings.Contains(to, u) {
 				return fmt.Sprintf("%s: NodeLocal DNSCache's block %s forwards it to %s, the node's upstream resolvers", zone, bestKey, to)

@@ -69,12 +69,12 @@ func status(ctx context.Context, f *globalFlags, dnsAddr string) ([]clusterStatu
 		return nil, err
 	}
 	defer stop()
-	_, lines, err := explanation(ctx, addr, in.config.zones[0])
+	_, lines, err := explanation(ctx, addr, in.config.Zones[0])
 	if err != nil {
 		return nil, err
 	}
 	if len(lines) == 0 {
-		return nil, fmt.Errorf("%s answers no explanation of %s (is `explain off` set?)", addr, in.config.zones[0])
+		return nil, fmt.Errorf("%s answers no explanation of %s (is `explain off` set?)", addr, in.config.Zones[0])
 	}
 	k, err := f.client()
 	if err != nil {

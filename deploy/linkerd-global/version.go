@@ -82,7 +82,7 @@ func serverVersions(ctx context.Context, f *globalFlags, dnsAddr string) map[str
 		return failed(err)
 	}
 	for _, t := range targets {
-		_, lines, err := explanation(ctx, t.addr, hc.in.config.zones[0])
+		_, lines, err := explanation(ctx, t.addr, hc.in.config.Zones[0])
 		v := ""
 		if err == nil && len(lines) > 0 {
 			_, v, _ = strings.Cut(lines[0].Get(contract.KeyVersion), "+")

@@ -58,7 +58,7 @@ func BenchmarkServeDNS(b *testing.B) {
 	}
 	// Ranked from a client on a node (6 A records over 5 tiers), and a zonal name; the client found
 	// by the locator the plugin runs with.
-	z := zonedGlobal(b, clientSources{node: true})
+	z := zonedGlobal(b, contract.Sources{Node: true})
 	z.rotate = true
 	z.locator = benchLocator(b)
 	b.Run("client", func(b *testing.B) { benchServe(b, z, "zz.db.global.", dns.TypeA, "10.1.0.1") })
@@ -99,7 +99,7 @@ func spreadGlobal(b testing.TB, n int) *Global {
 	ix.Start()
 	ix.Publish()
 	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5, rotate: true}, index: ix,
-		asker: asker{sources: clientSources{node: true}, locator: benchLocator(b)}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+		asker: asker{sources: contract.Sources{Node: true}, locator: benchLocator(b)}, Next: test.NextHandler(dns.RcodeNameError, nil)}
 }
 
 // benchLocator is the locator the plugin runs with (watch.Clients), over a fake API of fakeLocator's

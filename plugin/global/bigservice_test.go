@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 
@@ -48,7 +49,7 @@ func bigZoned(t testing.TB, http, db int) *Global {
 	ix.Start()
 	ix.Publish()
 	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5, rotate: true}, index: ix,
-		asker: asker{sources: clientSources{node: true}, locator: fakeLocator{}}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+		asker: asker{sources: contract.Sources{Node: true}, locator: fakeLocator{}}, Next: test.NextHandler(dns.RcodeNameError, nil)}
 }
 
 // askUDP sends qname from address from over UDP with an EDNS0 buffer of size bytes, and returns

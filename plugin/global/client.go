@@ -13,9 +13,6 @@ import (
 // Answers ranked from the client (`client_locality`): who asks is learned from the query, and
 // where it runs from this cluster's Nodes and Pods (watch.Clients).
 
-// clientSources are the sources client_locality learns a client from, in the order they are tried.
-type clientSources struct{ ecs, node, pod bool }
-
 // Client sources, as client_locality names them and explanations say them.
 const (
 	sourceECS  = contract.SourceECS
@@ -42,9 +39,9 @@ type locator interface {
 // asker learns who asks a query (client_locality): the options that say how, and the table of
 // where clients run that it asks.
 type asker struct {
-	sources clientSources // client_locality: how clients are learned
-	ecsFrom networks      // client_ecs_from's networks: sources whose ECS option is taken
-	locator locator       // clients (watch.Clients), built; nil without client_locality
+	sources contract.Sources // client_locality: how clients are learned
+	ecsFrom networks         // client_ecs_from's networks: sources whose ECS option is taken
+	locator locator          // clients (watch.Clients), built; nil without client_locality
 }
 
 // whoAsks learns who asks query r, received on w: from its ECS option when a source of
@@ -65,7 +62,7 @@ func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.E
 	// (client_ecs_from: resolvers that set it to their client's address and share no cache), else
 	// anyone could be answered as any node, and learn where every address runs; nor from the
 	// forwarders, whose shared cache would serve one client's answer to all.
-	if a.sources.ecs && (a.ecsFrom.has(src) || a.locator.ECSSource(src)) {
+	if a.sources.ECS && (a.ecsFrom.has(src) || a.locator.ECSSource(src)) {
 		if ecs = subnetOf(r); ecs != nil {
 			// Until known, the answer holds for the address the client gave, no wider.
 			echo := *ecs
@@ -90,12 +87,12 @@ func (a *asker) bySource(src netip.Addr) (q querier, known bool) {
 	if a.locator.Forwarder(src) {
 		return q, true
 	}
-	if a.sources.node {
+	if a.sources.Node {
 		if c := a.locator.Node(src); c != nil {
 			return querier{client: c, learned: sourceNode}, true
 		}
 	}
-	if a.sources.pod {
+	if a.sources.Pod {
 		if c, _ := a.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
 			return querier{client: c, learned: sourcePod}, true
 		}
@@ -123,7 +120,7 @@ func (a *asker) explainedAs(r *dns.Msg, q querier, ecs *dns.EDNS0_SUBNET) (queri
 			return q, nil
 		}
 	}
-	if a.sources.ecs {
+	if a.sources.ECS {
 		if c, _ := a.locate(p); c != nil {
 			return querier{client: c, learned: sourceECS}, nil
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 
@@ -81,7 +82,7 @@ func (fakeLocator) Forwarder(a netip.Addr) bool { return a == fakeForwarder }
 func (f fakeLocator) ECSSource(a netip.Addr) bool { return f.ecs && a == fakeForwarder }
 
 // zonedGlobal is the plugin over zonedSource, not rotating, with client_locality sources.
-func zonedGlobal(t testing.TB, sources clientSources) *Global {
+func zonedGlobal(t testing.TB, sources contract.Sources) *Global {
 	t.Helper()
 	ix := index.New(zonedTopology(), zonedSource())
 	ix.Changed(zz)
@@ -90,8 +91,8 @@ func zonedGlobal(t testing.TB, sources clientSources) *Global {
 	g := &Global{Zones: []string{"global.", "near.global.", "clusterset.local."}, recordMaker: recordMaker{ttl: 5}, index: ix, explain: true,
 		selector: selector{policies: policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), mcsZones: []string{"clusterset.local."}},
 		asker:    asker{sources: sources}, Next: test.NextHandler(dns.RcodeNameError, nil)}
-	if sources != (clientSources{}) {
-		g.locator = fakeLocator{ecs: sources.ecs}
+	if sources != (contract.Sources{}) {
+		g.locator = fakeLocator{ecs: sources.ECS}
 	}
 	return g
 }
@@ -136,8 +137,8 @@ func scope(m *dns.Msg) int {
 // linked cluster's endpoints in it), the rest of this cluster, its region, the rest. Unknown
 // sources and forwarders get the cluster's view, byte for byte.
 func TestClientRankedAnswers(t *testing.T) {
-	plain := zonedGlobal(t, clientSources{})
-	g := zonedGlobal(t, clientSources{ecs: true, node: true, pod: true})
+	plain := zonedGlobal(t, contract.Sources{})
+	g := zonedGlobal(t, contract.Sources{ECS: true, Node: true, Pod: true})
 	const name = "zz.db.global."
 	// The cluster's view: east has no zone of its own (its Nodes are in two), so west and north
 	// are both in its region only.
@@ -179,7 +180,7 @@ func TestClientRankedAnswers(t *testing.T) {
 		}
 	}
 	// client_ecs_from trusts more sources with the option.
-	trusting := zonedGlobal(t, clientSources{ecs: true, node: true})
+	trusting := zonedGlobal(t, contract.Sources{ECS: true, Node: true})
 	trusting.ecsFrom, trusting.locator = networks{netip.MustParsePrefix("10.7.0.0/16")}, fakeLocator{}
 	if m := ask(t, trusting, "10.7.7.7", "10.1.0.1/32", name, dns.TypeA); !slices.Equal(answered(m), fromN1) || scope(m) != 32 {
 		t.Errorf("ECS from a network of client_ecs_from: %q scope %d", answered(m), scope(m))
@@ -190,7 +191,7 @@ func TestClientRankedAnswers(t *testing.T) {
 		t.Errorf("ECS from a forwarder not in client_ecs_from: %q scope %d", answered(m), scope(m))
 	}
 	// A source not enabled is not asked.
-	nodeOnly := zonedGlobal(t, clientSources{node: true})
+	nodeOnly := zonedGlobal(t, contract.Sources{Node: true})
 	if got := answered(ask(t, nodeOnly, "10.244.3.7", "10.1.0.1/32", name, dns.TypeA)); !slices.Equal(got, cluster) {
 		t.Errorf("pod and ecs off: %q", got)
 	}
@@ -219,7 +220,7 @@ func pack(t *testing.T, m *dns.Msg) []byte {
 
 // The explanation says whom an answer is ranked from, and each record's tier from there.
 func TestExplainClient(t *testing.T) {
-	g := zonedGlobal(t, clientSources{node: true})
+	g := zonedGlobal(t, contract.Sources{Node: true})
 	m := new(dns.Msg)
 	m.SetQuestion("zz.db.near.global.", dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
@@ -256,17 +257,17 @@ func TestExplainClient(t *testing.T) {
 // explain_from trusts, and only for explanations.
 func TestExplainAs(t *testing.T) {
 	for _, tc := range []struct {
-		sources    clientSources
+		sources    contract.Sources
 		ecs, first string
 	}{
-		{clientSources{node: true, pod: true}, "10.1.0.1/32", "client=node:n1,zone:za,region:r1 client-from=node"},
-		{clientSources{node: true, pod: true}, "10.244.3.7/32", "client=node:n3,zone:zb,region:r1 client-from=pod"},
-		{clientSources{node: true, pod: true}, "10.1.9.9/32", "client=unknown"},
-		{clientSources{node: true, pod: true}, "10.244.1.5/32", "client=node:n1,zone:za,region:r1 client-from=pod"},
-		{clientSources{ecs: true, node: true}, "10.244.1.5/32", "client=node:n1,zone:za,region:r1 client-from=ecs"},
-		{clientSources{ecs: true}, "10.1.0.3/32", "client=node:n3,zone:zb,region:r1 client-from=ecs"},
-		{clientSources{ecs: true}, "10.9.9.9/32", "client=unknown"},
-		{clientSources{}, "10.1.0.1/32", "policy=nearest from=zone"},
+		{contract.Sources{Node: true, Pod: true}, "10.1.0.1/32", "client=node:n1,zone:za,region:r1 client-from=node"},
+		{contract.Sources{Node: true, Pod: true}, "10.244.3.7/32", "client=node:n3,zone:zb,region:r1 client-from=pod"},
+		{contract.Sources{Node: true, Pod: true}, "10.1.9.9/32", "client=unknown"},
+		{contract.Sources{Node: true, Pod: true}, "10.244.1.5/32", "client=node:n1,zone:za,region:r1 client-from=pod"},
+		{contract.Sources{ECS: true, Node: true}, "10.244.1.5/32", "client=node:n1,zone:za,region:r1 client-from=ecs"},
+		{contract.Sources{ECS: true}, "10.1.0.3/32", "client=node:n3,zone:zb,region:r1 client-from=ecs"},
+		{contract.Sources{ECS: true}, "10.9.9.9/32", "client=unknown"},
+		{contract.Sources{}, "10.1.0.1/32", "policy=nearest from=zone"},
 	} {
 		g := zonedGlobal(t, tc.sources)
 		g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
@@ -279,7 +280,7 @@ func TestExplainAs(t *testing.T) {
 		}
 	}
 	// The option is no claim from a source explain_from does not trust, nor in class IN.
-	g := zonedGlobal(t, clientSources{node: true, pod: true})
+	g := zonedGlobal(t, contract.Sources{Node: true, Pod: true})
 	g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
 	if m := explainAs(t, g, "10.7.7.7", "10.1.0.1/32"); m.Rcode != dns.RcodeRefused {
 		t.Errorf("CH TXT with ECS from an untrusted source: %s", dns.RcodeToString[m.Rcode])
@@ -322,11 +323,11 @@ func TestExplainFrom(t *testing.T) {
 		from networks
 		want map[string]int
 	}{
-		{defaults(nil).explainFrom, map[string]int{"127.0.0.1": dns.RcodeSuccess, "::1": dns.RcodeSuccess, "10.1.0.1": dns.RcodeRefused, "fd00::1": dns.RcodeRefused}},
+		{defaults().explainFrom, map[string]int{"127.0.0.1": dns.RcodeSuccess, "::1": dns.RcodeSuccess, "10.1.0.1": dns.RcodeRefused, "fd00::1": dns.RcodeRefused}},
 		{networks{netip.MustParsePrefix("10.0.0.0/8")}, map[string]int{"127.0.0.1": dns.RcodeRefused, "10.1.0.1": dns.RcodeSuccess}},
 		{networks{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}, map[string]int{"10.1.0.1": dns.RcodeSuccess, "fd00::1": dns.RcodeSuccess}},
 	} {
-		g := zonedGlobal(t, clientSources{})
+		g := zonedGlobal(t, contract.Sources{})
 		g.explainFrom = tc.from
 		for from, want := range tc.want {
 			rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from, TCP: true})
@@ -340,7 +341,7 @@ func TestExplainFrom(t *testing.T) {
 
 // Zonal names, as CoreDNS's kubernetes plugin answers them, for every name form, in both schemes.
 func TestZonalNames(t *testing.T) {
-	g := zonedGlobal(t, clientSources{})
+	g := zonedGlobal(t, contract.Sources{})
 	for _, tc := range []struct {
 		qname string
 		qtype uint16

@@ -2,7 +2,6 @@ package global
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,29 +11,27 @@ import (
 
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/stanza"
 	"github.com/globaldns/global/plugin/global/watch"
 	"github.com/globaldns/global/plugin/global/writer"
 
 	"github.com/coredns/caddy"
+	"github.com/coredns/caddy/caddyfile"
 	"github.com/coredns/coredns/plugin"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/leaderelection"
 )
 
-// The Corefile: `global [ZONES...] { OPTION ARGS... }` parses into Global, each option into its
-// field (global.go). Adding an option is its field, its case in parseOption (or parseAPIOption),
-// its default in defaults when not the zero value, its README line and a test. An option the
-// outside depends on (what the plugin reads or writes through the API, its Lease, its topology)
-// is the contract's instead: its field and its case in contract.Options.Set, which reads it for the
-// plugin and for linkerd-global alike, its access in contract.Options.Needs and docs/rbac.md, its
-// hand-over in adopt, and its line in contractDiff (TestContractReadsAsThePlugin). Every option's
-// arguments are read by the contract's argument kinds (contract/args.go); the errors get their
-// file and line here (at).
+// The Corefile: `global [ZONES...] { OPTION ARGS... }` is read by package stanza, for the plugin
+// as for linkerd-global and the tests: the zones, and the options the outside depends on (what the
+// plugin reads or writes through the API, its Lease, its topology) into contract.Options, which
+// Global embeds; the plugin's own options into their fields here (parseOption, parseAPIOption).
+// Adding an option: docs/design.md has the recipe. Every option's arguments are read by the
+// contract's argument kinds (contract/args.go); stanza.Read locates their errors.
 
 // Defaults.
 const (
-	defaultZone           = contract.Name + "." // the root's: a server block for every name serves global.
 	defaultCluster        = "local"
 	defaultTTL            = 5
 	defaultStartupTimeout = 5 * time.Second
@@ -55,22 +52,19 @@ var defaultExplainFrom = func() networks {
 }()
 
 // defaults is the plugin as a stanza without options configures it, but for the contract's options
-// (contract.Defaults, handed over by adopt).
-func defaults(zones []string) *Global {
+// (contract.Defaults, which stanza.Read starts from).
+func defaults() *Global {
 	return &Global{
-		Zones:          zones,
 		corefile:       index.Topology{Local: defaultCluster, Unnamed: true},
 		recordMaker:    recordMaker{ttl: defaultTTL, rotate: true},
 		startupTimeout: defaultStartupTimeout,
 		exportSelector: watch.DefaultExportSelector,
 		writerConfig:   writer.Config{Suffix: writer.DefaultSuffix, MaxEndpoints: writer.DefaultMaxEndpoints, Workers: writerWorkers},
-		election: writer.Election{
-			Namespace: writer.DefaultLeaseNamespace(), RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod,
-		},
-		explain:     true,
-		explainFrom: defaultExplainFrom,
-		apiQPS:      defaultQPS,
-		apiBurst:    defaultBurst,
+		election:       writer.Election{RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod},
+		explain:        true,
+		explainFrom:    defaultExplainFrom,
+		apiQPS:         defaultQPS,
+		apiBurst:       defaultBurst,
 	}
 }
 
@@ -81,70 +75,22 @@ func parseGlobal(c *caddy.Controller) (*Global, error) {
 		if g != nil {
 			return nil, plugin.ErrOnce
 		}
-		var err error
-		if g, err = parseStanza(c); err != nil {
+		g = defaults()
+		s, err := stanza.Read(&c.Dispenser, c.ServerBlockKeys, g.parseOption)
+		if err != nil {
+			return nil, err
+		}
+		g.Zones, g.Options = s.Zones, s.Options
+		if err := g.check(c); err != nil {
 			return nil, err
 		}
 	}
 	return g, nil
 }
 
-// parseStanza parses `global [ZONES...] { OPTIONS }`: each option once, but locality and policy.
-func parseStanza(c *caddy.Controller) (*Global, error) {
-	zones, err := parseZones(c, c.RemainingArgs())
-	if err != nil {
-		return nil, err
-	}
-	g, api := defaults(zones), contract.Defaults()
-	seen := map[string]bool{}
-	for c.NextBlock() {
-		opt, args := c.Val(), c.RemainingArgs()
-		if seen[opt] && opt != "locality" && opt != "policy" {
-			return nil, c.Errf("%s given twice", opt)
-		}
-		seen[opt] = true
-		known, err := api.Set(opt, args)
-		if !known {
-			err = g.parseOption(c, opt, args)
-		}
-		if err != nil {
-			return nil, at(c, err)
-		}
-	}
-	g.adopt(&api)
-	if err := g.check(c, seen); err != nil {
-		return nil, err
-	}
-	return g, nil
-}
-
-// at is err, of the option c is at, with where it is, as CoreDNS says it.
-func at(c *caddy.Controller, err error) error {
-	if errors.Is(err, contract.ErrArgCount) {
-		return c.ArgErr()
-	}
-	return c.Err(err.Error())
-}
-
-// adopt hands the options the contract read (contract.Options.Set) to what uses them.
-func (g *Global) adopt(o *contract.Options) {
-	g.namespaces, g.linksNamespace, g.endpointSlices = o.Namespaces, o.LinksNamespace, o.Writer
-	g.writerConfig.ServiceImports = o.ServiceImports
-	if o.LeaseNamespace != "" {
-		g.election.Namespace = o.LeaseNamespace
-	}
-	g.election.Name, g.election.Duration = o.LeaseName, o.LeaseDuration
-	g.corefile.Locality, g.corefile.Keys, g.corefile.ClientKeys = o.Localities, o.Topology, o.ClientTopology
-	g.sources = clientSources{ecs: o.ClientSource(contract.SourceECS), node: o.ClientSource(contract.SourceNode), pod: o.ClientSource(contract.SourcePod)}
-	g.forwarders, g.ecsFrom, g.ecsServices = o.Forwarders, o.ECSNetworks, o.ECSServices
-	if o.Owner[0] != "" {
-		g.writerConfig.GCOwner = &writer.GCOwner{Resource: o.Owner[0], Name: o.Owner[1]}
-	}
-}
-
-// parseOption parses one of the plugin's own options into its field: what is watched and how
-// names are answered, or else (parseAPIOption) how the API is used.
-func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (err error) {
+// parseOption parses one of the plugin's own options into its field (stanza.Own): what is watched
+// and how names are answered, or else (parseAPIOption) how the API is used.
+func (g *Global) parseOption(d *caddyfile.Dispenser, zones []string, opt string, args []string) (err error) {
 	switch opt {
 	case "prefer_namespaces":
 		g.preferNamespaces, err = contract.Namespaces(opt, args)
@@ -159,9 +105,9 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 	case "export_selector":
 		g.exportSelector, err = parseSelector(args)
 	case "names":
-		g.mcsZones, err = parseNames(args, g.Zones)
+		g.mcsZones, err = parseNames(args, zones)
 	case "policy":
-		err = parsePolicy(args, g.Zones, &g.policies)
+		err = parsePolicy(args, zones, &g.policies)
 	case "rotate":
 		g.rotate, err = contract.OnOff(opt, args)
 	case "explain":
@@ -169,17 +115,17 @@ func (g *Global) parseOption(c *caddy.Controller, opt string, args []string) (er
 	case "explain_from":
 		g.explainFrom, err = contract.Networks(opt, args)
 	default:
-		return g.parseAPIOption(c, opt, args)
+		return g.parseAPIOption(d, opt, args)
 	}
 	return err
 }
 
 // parseAPIOption parses one of the plugin's own options of the API's client, of the EndpointSlice
 // writer or of the writer's lease into its field.
-func (g *Global) parseAPIOption(c *caddy.Controller, opt string, args []string) (err error) {
+func (g *Global) parseAPIOption(d *caddyfile.Dispenser, opt string, args []string) (err error) {
 	switch opt {
 	case "kubeconfig":
-		err = g.parseKubeconfig(c, args)
+		err = g.parseKubeconfig(d, args)
 	case "apiserver_qps":
 		g.apiQPS, err = parseQPS(args)
 	case "apiserver_burst":
@@ -198,84 +144,26 @@ func (g *Global) parseAPIOption(c *caddy.Controller, opt string, args []string) 
 	return err
 }
 
-// check checks what no single option can: the options that must agree (seen: those given).
-func (g *Global) check(c *caddy.Controller, seen map[string]bool) error {
-	if g.writerConfig.ServiceImports && !g.endpointSlices {
-		return c.Errf("serviceimports on needs the writer: it cannot be on with endpointslices off")
-	}
-	if g.writerConfig.ServiceImports && g.writerConfig.Suffix == writer.MCSSuffix {
+// check checks what no single option can where the plugin's own options are in it (the
+// contract's own rules are contract.Options.Check, which stanza.Read ran).
+func (g *Global) check(c *caddy.Controller) error {
+	if g.ServiceImports && g.writerConfig.Suffix == writer.MCSSuffix {
 		return c.Errf("service_suffix %s would name the -global EndpointSlices as the MCS ones of serviceimports on", writer.MCSSuffix)
 	}
-	if seen["client_forwarders"] && g.sources == (clientSources{}) {
-		return c.Errf("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
-	}
-	if seen["client_ecs_from"] != g.sources.ecs {
-		return c.Errf("client_locality ecs and client_ecs_from go together: client_ecs_from names the resolvers trusted to set the option")
-	}
-	if g.writerConfig.GCOwner != nil && !g.endpointSlices {
-		return c.Errf("owner needs the writer: it cannot be set with endpointslices off")
-	}
-	if !g.election.CheckTimings() {
+	if e := g.lease(); !e.CheckTimings() {
 		return c.Errf("lease timings must satisfy lease_duration > lease_renew_deadline > %.1f x lease_retry_period, not %v, %v, %v",
-			leaderelection.JitterFactor, g.election.Duration, g.election.RenewDeadline, g.election.RetryPeriod)
+			leaderelection.JitterFactor, e.Duration, e.RenewDeadline, e.RetryPeriod)
 	}
 	return nil
 }
 
-// parseZones returns the plugin's zones: its arguments, or else its server block's, as every
-// CoreDNS plugin does, with the root's being global.: CoreDNS gives the block only the queries
-// below its zones, so a plugin serving other zones would never be asked.
-func parseZones(c *caddy.Controller, args []string) ([]string, error) {
-	if len(args) > 0 {
-		zones, err := zoneArgs(args)
-		if err != nil {
-			return nil, c.Err(err.Error())
-		}
-		return zones, nil
-	}
-	var zones []string
-	for _, z := range plugin.OriginsFromArgsOrServerBlock(nil, c.ServerBlockKeys) {
-		if z == "." {
-			z = defaultZone
-		}
-		if !validZone(z) {
-			return nil, c.Errf("server block zone %q is not a domain name made of DNS labels: give the plugin its zones as arguments", z)
-		}
-		if !slices.Contains(zones, z) {
-			zones = append(zones, z)
-		}
-	}
-	if len(zones) == 0 { // no server block: a test's controller
-		zones = []string{defaultZone}
-	}
-	return zones, nil
-}
-
-// zoneArgs normalizes zone arguments; each must be a domain name.
-func zoneArgs(args []string) ([]string, error) {
-	var zones []string
-	for _, a := range args {
-		zs := plugin.Host(a).NormalizeExact()
-		if len(zs) == 0 {
-			return nil, fmt.Errorf("zone %q is not a domain name made of DNS labels", a)
-		}
-		for _, z := range zs {
-			if !validZone(z) {
-				return nil, fmt.Errorf("zone %q is not a domain name made of DNS labels", z)
-			}
-		}
-		zones = append(zones, zs...)
-	}
-	return zones, nil
-}
-
 // parseKubeconfig parses `kubeconfig PATH [CONTEXT]`, and where it is, for the errors found when
 // the file is read.
-func (g *Global) parseKubeconfig(c *caddy.Controller, args []string) error {
+func (g *Global) parseKubeconfig(d *caddyfile.Dispenser, args []string) error {
 	if len(args) != 1 && len(args) != 2 {
 		return contract.ErrArgCount
 	}
-	g.kubeconfig, g.kubeconfigAt = args[0], fmt.Sprintf("%s:%d - ", c.File(), c.Line())
+	g.kubeconfig, g.kubeconfigAt = args[0], fmt.Sprintf("%s:%d - ", d.File(), d.Line())
 	if len(args) == 2 {
 		g.kubeContext = args[1]
 	}
@@ -338,7 +226,7 @@ func parseNames(args, zones []string) ([]string, error) {
 	case len(args) == 1 && args[0] == "mcs":
 		return zones, nil
 	case len(args) > 1 && args[0] == "mcs":
-		mcs, err := zoneArgs(args[1:])
+		mcs, err := stanza.ZoneArgs(args[1:])
 		if err != nil {
 			return nil, err
 		}
@@ -369,7 +257,7 @@ func parsePolicy(args, zones []string, ps *policies) error {
 	}
 	if len(rest) == 0 {
 		rest = []string{""}
-	} else if rest, err = zoneArgs(rest); err != nil {
+	} else if rest, err = stanza.ZoneArgs(rest); err != nil {
 		return err
 	}
 	for _, z := range rest {
@@ -390,18 +278,4 @@ func firstOf(args []string) string {
 		return ""
 	}
 	return args[0]
-}
-
-// validZone reports whether zone (normalized, with its final dot) is below the root and made of
-// DNS-1123 labels: every name we answer is built from such labels.
-func validZone(zone string) bool {
-	if zone == "." {
-		return false
-	}
-	for _, l := range strings.Split(strings.TrimSuffix(zone, "."), ".") {
-		if len(validation.IsDNS1123Label(l)) > 0 {
-			return false
-		}
-	}
-	return true
 }

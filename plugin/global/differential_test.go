@@ -123,16 +123,16 @@ func newDifferential(t *testing.T, seed uint64) *differential {
 	for _, source := range w.ClientLocality {
 		switch source {
 		case "ecs":
-			d.g.sources.ecs = true
+			d.g.sources.ECS = true
 		case "node":
-			d.g.sources.node = true
+			d.g.sources.Node = true
 		case "pod":
-			d.g.sources.pod = true
+			d.g.sources.Pod = true
 		}
 	}
 	if len(w.ClientLocality) > 0 {
 		d.g.ecsFrom = networks(w.ECSFrom)
-		d.clients = startAPIClients(t, w, d.g.sources.pod)
+		d.clients = startAPIClients(t, w, d.g.sources.Pod)
 		d.g.locator = d.clients.clients
 	}
 	d.sync()

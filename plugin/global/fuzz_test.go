@@ -2,9 +2,12 @@ package global
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/globaldns/global/plugin/global/stanza"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
@@ -111,12 +114,12 @@ func FuzzParse(f *testing.F) {
 		if err != nil || g == nil {
 			return
 		}
-		if g.ttl > 3600 || g.writerConfig.MaxEndpoints < 1 || g.writerConfig.MaxEndpoints > 1000 || !g.election.CheckTimings() ||
+		if g.ttl > 3600 || g.writerConfig.MaxEndpoints < 1 || g.writerConfig.MaxEndpoints > 1000 || !g.lease().CheckTimings() ||
 			g.startupTimeout < 0 || g.corefile.Local == "" || len(g.Zones) == 0 {
 			t.Fatalf("invalid configuration accepted from %q: %+v", corefile, g)
 		}
 		for _, z := range g.Zones {
-			if !validZone(z) || !strings.HasSuffix(z, ".") {
+			if zs, err := stanza.ZoneArgs([]string{z}); err != nil || !slices.Equal(zs, []string{z}) || !strings.HasSuffix(z, ".") {
 				t.Fatalf("zone %q accepted from %q", z, corefile)
 			}
 		}

@@ -6,11 +6,13 @@
 package global
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
@@ -24,34 +26,32 @@ import (
 var log = telemetry.Log
 
 // Global is the plugin: the DNS handler over an index fed by a watcher. It is also the plugin's
-// configuration: parseStanza (config.go) parses each Corefile option into the field of it here,
-// which nothing else writes, and build (setup.go) connects the plugin to the API from them.
+// configuration: stanza.Read (config.go) reads the Corefile's zones and the contract's options
+// into Zones and Options, and each of the plugin's own options into its field here; nothing else
+// writes them, and build (setup.go) connects the plugin to the API from them.
 type Global struct {
 	Next plugin.Handler
 
-	// The Corefile's options: one field, or one struct its consumer reads, per option.
-	Zones          []string        // the zone arguments, or else the server block's (global. for the root)
-	namespaces     []string        // namespaces: the namespaces watched; all when empty
-	exportSelector string          // export_selector
-	linksNamespace string          // links_namespace: Linkerd's multicluster namespace, where Links count
-	corefile       index.Topology  // cluster, locality, topology; the index's is it completed by the cluster's objects
-	selector                       // names, policy, prefer_namespaces: what names select
-	recordMaker                    // ttl, rotate: how answers are made of it
-	asker                          // client_locality, client_ecs_from: who asks (and locator, built)
-	Fall           fall.F          // fallthrough
-	explain        bool            // explain: answer CH TXT with the explanation of a name
-	forwarders     []string        // client_forwarders: the cluster DNS's Services, <namespace>/<name>
-	ecsServices    []string        // client_ecs_from's Services, <namespace>/<name> (watch.Clients)
-	explainFrom    networks        // explain_from: who may ask for explanations; nil: anyone
-	startupTimeout time.Duration   // startup_timeout
-	kubeconfig     string          // kubeconfig PATH [CONTEXT]
-	kubeContext    string          // kubeconfig's CONTEXT
-	kubeconfigAt   string          // "file:line - " of the kubeconfig option, for errors found when reading it
-	apiQPS         float32         // apiserver_qps
-	apiBurst       int             // apiserver_burst
-	endpointSlices bool            // endpointslices: the writer runs
-	writerConfig   writer.Config   // serviceimports, endpointslice_size, service_suffix
-	election       writer.Election // lease, lease_duration, lease_renew_deadline, lease_retry_period
+	// The Corefile's options: the zones, the contract's, then one field, or one struct its
+	// consumer reads, per option of the plugin's own.
+	Zones            []string        // the zone arguments, or else the server block's (global. for the root)
+	contract.Options                 // the options the outside depends on (contract/options.go)
+	exportSelector   string          // export_selector
+	corefile         index.Topology  // cluster, and (build) locality, topology: the index completes it from the cluster
+	selector                         // names, policy, prefer_namespaces: what names select
+	recordMaker                      // ttl, rotate: how answers are made of it
+	asker                            // who asks: client_locality, client_ecs_from (set by build), and the locator built
+	Fall             fall.F          // fallthrough
+	explain          bool            // explain: answer CH TXT with the explanation of a name
+	explainFrom      networks        // explain_from: who may ask for explanations; nil: anyone
+	startupTimeout   time.Duration   // startup_timeout
+	kubeconfig       string          // kubeconfig PATH [CONTEXT]
+	kubeContext      string          // kubeconfig's CONTEXT
+	kubeconfigAt     string          // "file:line - " of the kubeconfig option, for errors found when reading it
+	apiQPS           float32         // apiserver_qps
+	apiBurst         int             // apiserver_burst
+	writerConfig     writer.Config   // endpointslice_size, service_suffix; build adds serviceimports and owner
+	election         writer.Election // lease_renew_deadline, lease_retry_period (lease has the rest)
 
 	// What build and OnStartup make of them (and recordMaker's nsAddrs).
 	watcher  *watch.Watcher
@@ -124,6 +124,14 @@ func (g *Global) OnStartup() error {
 	return nil
 }
 
+// lease is the writer's election: the contract's Lease (in the pod's namespace unless the
+// Corefile names one), timed by the plugin's own lease_renew_deadline and lease_retry_period.
+func (g *Global) lease() writer.Election {
+	e := g.election
+	e.Namespace, e.Name, e.Duration = cmp.Or(g.LeaseNamespace, writer.DefaultLeaseNamespace()), g.LeaseName, g.LeaseDuration
+	return e
+}
+
 // startWriter starts, unless `endpointslices off`, the writer's informers and its campaign for
 // the lease.
 func (g *Global) startWriter(ctx context.Context) {
@@ -139,7 +147,7 @@ func (g *Global) startWriter(ctx context.Context) {
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		writer.Campaign(campaign, g.electionClient, g.election, g.identity, g.writer.Run,
+		writer.Campaign(campaign, g.electionClient, g.lease(), g.identity, g.writer.Run,
 			func(leader string) { g.leader.Store(&leader) })
 	}()
 }

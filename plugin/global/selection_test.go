@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 
@@ -84,7 +85,7 @@ func TestExplanationIsTheAnswer(t *testing.T) {
 		"z1.pin._zone.foo.db", "z2.prefer._zone.mixed.db"}
 	checked := walk(t, g, forms, "10.240.0.1")
 
-	g = zonedGlobal(t, clientSources{node: true})
+	g = zonedGlobal(t, contract.Sources{Node: true})
 	g.Zones = []string{"global.", "near.global.", "near2.global."}
 	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 2}})
 	forms = []string{"zz.db", "east.zz.db", "zz-1.east.zz.db", "_db._tcp.zz.db", "za.pin._zone.zz.db", "zb.pin._zone.zz.db",

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
@@ -63,21 +64,28 @@ func (g *Global) build() error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	if g.watcher, err = watch.New(client, g.namespaces, g.exportSelector); err != nil {
+	if g.watcher, err = watch.New(client, g.Namespaces, g.exportSelector); err != nil {
 		return err
 	}
 	if g.topology, err = g.topologyWatch(rc, client); err != nil {
 		return err
 	}
+	g.corefile.Locality, g.corefile.Keys, g.corefile.ClientKeys = g.Localities, g.Topology, g.ClientTopology
 	g.index = index.New(&g.corefile, g.watcher)
-	if g.sources != (clientSources{}) {
-		g.clients = watch.NewClients(client, nodeKeys(g.corefile.ClientKeys), g.sources.pod, g.forwarders, g.ecsServices)
+	g.asker = asker{sources: g.ClientLocality, ecsFrom: g.ECSNetworks}
+	if g.ClientLocality != (contract.Sources{}) {
+		g.clients = watch.NewClients(client, nodeKeys(g.ClientTopology), g.ClientLocality.Pod, g.Forwarders, g.ECSServices)
 		g.locator = g.clients
 	}
-	g.writerConfig.Owner = writer.Owner(g.election.Namespace, g.election.Name)
-	if !g.endpointSlices {
-		g.leftovers = func(ctx context.Context) { writer.Leftovers(ctx, client, g.namespaces, g.writerConfig.Owner) }
+	lease := g.lease()
+	g.writerConfig.Owner = writer.Owner(lease.Namespace, lease.Name)
+	if !g.Writer {
+		g.leftovers = func(ctx context.Context) { writer.Leftovers(ctx, client, g.Namespaces, g.writerConfig.Owner) }
 		return nil
+	}
+	g.writerConfig.ServiceImports = g.ServiceImports
+	if g.Owner[0] != "" {
+		g.writerConfig.GCOwner = &writer.GCOwner{Resource: g.Owner[0], Name: g.Owner[1]}
 	}
 	return g.buildWriter(rc)
 }
@@ -98,7 +106,7 @@ func (g *Global) topologyWatch(rc *rest.Config, client *kubernetes.Clientset) (*
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return watch.NewTopology(dyn, meta, client.Discovery(), g.corefile.Keys, g.linksNamespace), nil
+	return watch.NewTopology(dyn, meta, client.Discovery(), g.Topology, g.LinksNamespace), nil
 }
 
 // buildWriter builds the EndpointSlice writer and the client of its lease.
@@ -130,7 +138,7 @@ func (g *Global) buildWriter(rc *rest.Config) error {
 	if g.electionClient, err = kubernetes.NewForConfig(erc); err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	g.writer = writer.New(wclient, mclient, g.index, g.namespaces, g.writerConfig)
+	g.writer = writer.New(wclient, mclient, g.index, g.Namespaces, g.writerConfig)
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/watch"
 	"github.com/globaldns/global/plugin/global/writer"
@@ -22,13 +23,13 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.Equal(g.Zones, []string{"global."}) || g.ttl != 5 || g.startupTimeout != 5*time.Second ||
-		g.corefile.Local != "local" || !slices.Equal(g.corefile.Keys, index.DefaultKeys) ||
-		g.exportSelector != watch.DefaultExportSelector || g.kubeconfig != "" || len(g.namespaces) != 0 {
+		g.corefile.Local != "local" || !slices.Equal(g.Topology, index.DefaultKeys) ||
+		g.exportSelector != watch.DefaultExportSelector || g.kubeconfig != "" || len(g.Namespaces) != 0 {
 		t.Errorf("defaults: %+v", g)
 	}
-	if !g.endpointSlices || g.writerConfig.Suffix != "-global" || g.writerConfig.MaxEndpoints != 100 || g.apiQPS != 50 || g.apiBurst != 100 ||
-		g.election != (writer.Election{Namespace: writer.DefaultLeaseNamespace(), Name: "coredns-global-writer", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
-		t.Errorf("writer defaults: write %v %+v %+v qps %v burst %v", g.endpointSlices, g.writerConfig, g.election, g.apiQPS, g.apiBurst)
+	if !g.Writer || g.writerConfig.Suffix != "-global" || g.writerConfig.MaxEndpoints != 100 || g.apiQPS != 50 || g.apiBurst != 100 ||
+		g.lease() != (writer.Election{Namespace: writer.DefaultLeaseNamespace(), Name: "coredns-global-writer", Duration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}) {
+		t.Errorf("writer defaults: write %v %+v %+v qps %v burst %v", g.Writer, g.writerConfig, g.lease(), g.apiQPS, g.apiBurst)
 	}
 	g, err = parseGlobal(caddy.NewTestController("dns", `global {
 		endpointslices
@@ -44,37 +45,37 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !g.endpointSlices || g.writerConfig.Suffix != "-all" || g.writerConfig.MaxEndpoints != 1000 || g.apiQPS != 20.5 || g.apiBurst != 40 ||
-		g.election != (writer.Election{Namespace: "kube-system", Name: "global-writer", Duration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}) {
-		t.Errorf("writer options: %+v %+v", g.writerConfig, g.election)
+	if !g.Writer || g.writerConfig.Suffix != "-all" || g.writerConfig.MaxEndpoints != 1000 || g.apiQPS != 20.5 || g.apiBurst != 40 ||
+		g.lease() != (writer.Election{Namespace: "kube-system", Name: "global-writer", Duration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}) {
+		t.Errorf("writer options: %+v %+v", g.writerConfig, g.lease())
 	}
-	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || g.endpointSlices {
-		t.Errorf("endpointslices off: write %v, %v", g.endpointSlices, err)
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n endpointslices off\n}")); err != nil || g.Writer {
+		t.Errorf("endpointslices off: write %v, %v", g.Writer, err)
 	}
-	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !g.writerConfig.ServiceImports {
-		t.Errorf("serviceimports: %v, %v", g.writerConfig.ServiceImports, err)
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n serviceimports\n}")); err != nil || !g.ServiceImports {
+		t.Errorf("serviceimports: %v, %v", g.ServiceImports, err)
 	}
 	// Answers ranked from clients: off by default; the client keys follow `topology` when given.
-	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || g.sources != (clientSources{}) ||
-		!slices.Equal(g.corefile.ClientKeys, index.DefaultClientKeys) {
-		t.Errorf("client defaults: %+v %v, %v", g.sources, g.corefile.ClientKeys, err)
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || g.ClientLocality != (contract.Sources{}) ||
+		!slices.Equal(g.ClientTopology, index.DefaultClientKeys) {
+		t.Errorf("client defaults: %+v %v, %v", g.ClientLocality, g.ClientTopology, err)
 	}
 	g, err = parseGlobal(caddy.NewTestController("dns", "global {\n client_locality pod ecs\n client_ecs_from dns/dnsdist\n client_forwarders kube-system/coredns dns/dnsdist\n topology hostname zone cluster\n}"))
-	if err != nil || g.sources != (clientSources{ecs: true, pod: true}) || !slices.Equal(g.forwarders, []string{"kube-system/coredns", "dns/dnsdist"}) ||
-		!slices.Equal(g.corefile.Keys, []string{index.ZoneKey}) || !slices.Equal(g.corefile.ClientKeys, []string{index.HostnameKey, index.ZoneKey, index.ClusterKey}) {
-		t.Errorf("client options: %+v %v %v %v, %v", g.sources, g.forwarders, g.corefile.Keys, g.corefile.ClientKeys, err)
+	if err != nil || g.ClientLocality != (contract.Sources{ECS: true, Pod: true}) || !slices.Equal(g.Forwarders, []string{"kube-system/coredns", "dns/dnsdist"}) ||
+		!slices.Equal(g.Topology, []string{index.ZoneKey}) || !slices.Equal(g.ClientTopology, []string{index.HostnameKey, index.ZoneKey, index.ClusterKey}) {
+		t.Errorf("client options: %+v %v %v %v, %v", g.ClientLocality, g.Forwarders, g.Topology, g.ClientTopology, err)
 	}
 	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n owner clusterroles.rbac.authorization.k8s.io system:coredns-global\n}")); err != nil ||
-		g.writerConfig.GCOwner == nil || *g.writerConfig.GCOwner != (writer.GCOwner{Resource: "clusterroles.rbac.authorization.k8s.io", Name: "system:coredns-global"}) {
-		t.Errorf("owner: %+v, %v", g.writerConfig.GCOwner, err)
+		g.Owner != [2]string{"clusterroles.rbac.authorization.k8s.io", "system:coredns-global"} {
+		t.Errorf("owner: %+v, %v", g.Owner, err)
 	}
 	g, err = parseGlobal(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 kube-system/kube-dns fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
-	if err != nil || fmt.Sprint(g.ecsFrom) != "[10.0.0.0/8 fd00::1/128]" || !slices.Equal(g.ecsServices, []string{"kube-system/kube-dns"}) ||
+	if err != nil || fmt.Sprint(g.ECSNetworks) != "[10.0.0.0/8 fd00::1/128]" || !slices.Equal(g.ECSServices, []string{"kube-system/kube-dns"}) ||
 		fmt.Sprint(g.explainFrom) != "[127.0.0.1/32 ::1/128]" {
-		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ecsFrom, g.ecsServices, g.explainFrom, err)
+		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ECSNetworks, g.ECSServices, g.explainFrom, err)
 	}
-	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.writerConfig.ServiceImports || g.writerConfig.GCOwner != nil ||
-		g.ecsFrom != nil || g.ecsServices != nil || fmt.Sprint(g.explainFrom) != "[127.0.0.0/8 ::1/128]" || g.linksNamespace != "linkerd-multicluster" {
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.ServiceImports || g.Owner[0] != "" ||
+		g.ECSNetworks != nil || g.ECSServices != nil || fmt.Sprint(g.explainFrom) != "[127.0.0.0/8 ::1/128]" || g.LinksNamespace != "linkerd-multicluster" {
 		t.Errorf("defaults: rotate %v explain %v explain_from %v, %v", g.rotate, g.explain, g.explainFrom, err)
 	}
 	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
@@ -106,12 +107,12 @@ func TestParse(t *testing.T) {
 		t.Errorf("zones %v", g.Zones)
 	case g.kubeconfig != "/etc/kube.conf" || g.kubeContext != "east-ctx":
 		t.Errorf("kubeconfig %q %q", g.kubeconfig, g.kubeContext)
-	case !slices.Equal(g.namespaces, []string{"db", "app"}) || !slices.Equal(g.preferNamespaces, []string{"db"}):
-		t.Errorf("namespaces %v prefer %v", g.namespaces, g.preferNamespaces)
-	case g.corefile.Local != "east" || !slices.Equal(g.corefile.Keys, []string{"example.com/rack", index.ZoneKey, index.RegionKey}):
-		t.Errorf("topology %+v", g.corefile)
-	case len(g.corefile.Locality) != 2 || !equalMaps(g.corefile.Locality["east"], want["east"]) || !equalMaps(g.corefile.Locality["west"], want["west"]):
-		t.Errorf("locality %v", g.corefile.Locality)
+	case !slices.Equal(g.Namespaces, []string{"db", "app"}) || !slices.Equal(g.preferNamespaces, []string{"db"}):
+		t.Errorf("namespaces %v prefer %v", g.Namespaces, g.preferNamespaces)
+	case g.corefile.Local != "east" || !slices.Equal(g.Topology, []string{"example.com/rack", index.ZoneKey, index.RegionKey}):
+		t.Errorf("topology %+v %v", g.corefile, g.Topology)
+	case len(g.Localities) != 2 || !equalMaps(g.Localities["east"], want["east"]) || !equalMaps(g.Localities["west"], want["west"]):
+		t.Errorf("locality %v", g.Localities)
 	case g.ttl != 30 || g.startupTimeout != 10*time.Second:
 		t.Errorf("ttl %d startup %v", g.ttl, g.startupTimeout)
 	case !g.Fall.Through("x.mesh.example.") || g.Fall.Through("x.global."):

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
 	"github.com/coredns/coredns/plugin/test"
@@ -37,7 +38,7 @@ func TestServeDNSStack(t *testing.T) {
 	g := newGlobal(t, source())
 	g.Zones = []string{"global.", "near.global."}
 	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}})
-	z := zonedGlobal(t, clientSources{node: true})
+	z := zonedGlobal(t, contract.Sources{Node: true})
 	z.locator = benchLocator(t)
 	// The measure itself first: a frame measures as its size, within what the runtime lets a frame
 	// overrun its guard by (128 bytes) and a call of descend.

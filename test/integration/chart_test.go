@@ -17,10 +17,9 @@ import (
 	"testing"
 
 	"github.com/globaldns/global/plugin/global/contract"
+	"github.com/globaldns/global/plugin/global/stanza"
 	"github.com/globaldns/global/test/harness"
 	"github.com/globaldns/global/test/testkit"
-
-	"github.com/coredns/caddy/caddyfile"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -821,13 +820,7 @@ func TestChartGrantsTheContract(t *testing.T) {
 		}
 		stream, objs := helmTemplate(t, helm, args...)
 		corefile := corefileOf(objs)
-		blocks, err := caddyfile.Parse("Corefile", strings.NewReader(corefile), nil)
-		testkit.Must(t, err)
-		var ts []contract.Token
-		for _, tok := range blocks[0].Tokens[contract.Name] {
-			ts = append(ts, contract.Token{Text: tok.Text, Line: tok.Line})
-		}
-		o, err := contract.Read(contract.Directives(contract.Name, ts)[0].Block)
+		o, err := stanza.Parse("Corefile", corefile)
 		testkit.Must(t, err)
 		o.LeaseNamespace = cmp.Or(o.LeaseNamespace, ns)
 		allowed := boundRules(t, stream, ns, sa)

@@ -31,20 +31,32 @@ func TestLine(t *testing.T) {
 	}
 }
 
+// read reads a stanza's option lines (each the option's name, then its arguments) from the
+// defaults, with Set, then checks them (Check), as package stanza reads a Corefile's.
+func read(lines [][]string) (Options, error) {
+	o := Defaults()
+	for _, l := range lines {
+		if _, err := o.Set(l[0], l[1:]); err != nil {
+			return o, err
+		}
+	}
+	return o, o.Check()
+}
+
 // TestRead: the defaults, and each option the contract reads.
 func TestRead(t *testing.T) {
-	o, err := Read(nil)
+	o, err := read(nil)
 	if err != nil || !o.Writer || o.LeaseName != DefaultLeaseName || o.LeaseDuration != DefaultLeaseDuration ||
 		o.LinksNamespace != DefaultLinksNamespace || !slices.Equal(o.Topology, DefaultTopology()) || !slices.Equal(o.Forwarders, DefaultForwarders()) {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
-	o, err = Read([][]string{{"endpointslices", "off"}, {"serviceimports", "on"}, {"namespaces", "db", "web"}, {"lease", "dns", "w"},
+	o, err = read([][]string{{"serviceimports", "on"}, {"namespaces", "db", "web"}, {"lease", "dns", "w"},
 		{"lease_duration", "20s"}, {"locality", "east", "zone=a", "region=r", "rack=1"}, {"topology", "hostname", "zone", "cluster", "rack"},
 		{"links_namespace", "links"}, {"client_locality", "pod", "ecs"}, {"client_ecs_from", "10.0.0.0/8", "dns/ecs"}, {"ttl", "5"}})
-	if err != nil || o.Writer || !o.ServiceImports || !slices.Equal(o.Namespaces, []string{"db", "web"}) || o.LeaseNamespace != "dns" ||
+	if err != nil || !o.Writer || !o.ServiceImports || !slices.Equal(o.Namespaces, []string{"db", "web"}) || o.LeaseNamespace != "dns" ||
 		o.LeaseName != "w" || o.LeaseDuration != 20*time.Second || o.LinksNamespace != "links" ||
 		o.Localities["east"][ZoneKey] != "a" || o.Localities["east"][RegionKey] != "r" || o.Localities["east"]["rack"] != "1" ||
-		!slices.Equal(o.Topology, []string{ZoneKey, "rack"}) || !o.ClientSource("pod") || o.ClientSource("node") ||
+		!slices.Equal(o.Topology, []string{ZoneKey, "rack"}) || !o.ClientLocality.Pod || o.ClientLocality.Node ||
 		!slices.Equal(o.ClientTopology, []string{HostnameKey, ZoneKey, ClusterKey, "rack"}) ||
 		!slices.Equal(o.ECSNetworks, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}) || !slices.Equal(o.ECSServices, []string{"dns/ecs"}) {
 		t.Errorf("%+v, %v", o, err)
@@ -53,9 +65,20 @@ func TestRead(t *testing.T) {
 	for _, bad := range [][]string{{"lease", "one"}, {"lease_duration", "soon"}, {"locality", "east"}, {"links_namespace"},
 		{"endpointslices", "maybe"}, {"namespaces", "Db"}, {"client_locality", "gps"}, {"topology"}, {"owner", "roles", "x"},
 		{"client_ecs_from", "10.0.0.1/8"}, {"locality", "east", "zone"}} {
-		if _, err := Read([][]string{bad}); err == nil {
+		if _, err := read([][]string{bad}); err == nil {
 			t.Errorf("%q read", bad)
 		}
+	}
+	// The rules across options (the plugin's TestParseErrors has their messages).
+	for _, bad := range [][][]string{{{"serviceimports", "on"}, {"endpointslices", "off"}}, {{"client_forwarders", "kube-system/kube-dns"}},
+		{{"client_locality", "ecs"}}, {{"client_locality", "node"}, {"client_ecs_from", "10.0.0.0/8"}},
+		{{"owner", "namespaces", "x"}, {"endpointslices", "off"}}} {
+		if _, err := read(bad); err == nil {
+			t.Errorf("%q read", bad)
+		}
+	}
+	if _, err := read([][]string{{"client_locality", "node"}, {"client_forwarders", "kube-system/kube-dns"}}); err != nil {
+		t.Errorf("client_forwarders with client_locality: %v", err)
 	}
 }
 
@@ -65,16 +88,16 @@ func TestNeeds(t *testing.T) {
 	has := func(as []Access, s string) bool {
 		return slices.ContainsFunc(as, func(a Access) bool { return a.String() == s })
 	}
-	o, _ := Read([][]string{{"endpointslices", "off"}})
+	o, _ := read([][]string{{"endpointslices", "off"}})
 	if n := o.Needs(); len(n) != 4 || has(n, "list nodes (all namespaces)") {
 		t.Errorf("the reads alone: %v", n)
 	}
-	o, _ = Read([][]string{{"client_locality", "node"}})
+	o, _ = read([][]string{{"client_locality", "node"}})
 	if n := o.Needs(); !has(n, "watch nodes (all namespaces)") || has(n, "list pods (all namespaces)") ||
 		!has(n, "update leases.coordination.k8s.io coredns-global-writer (all namespaces)") {
 		t.Errorf("client_locality node: %v", n)
 	}
-	o, _ = Read([][]string{{"client_locality", "pod", "ecs"}, {"namespaces", "db"}, {"client_ecs_from", "10.0.0.0/8", "dns/ecs", "db/ecs"}})
+	o, _ = read([][]string{{"client_locality", "pod", "ecs"}, {"namespaces", "db"}, {"client_ecs_from", "10.0.0.0/8", "dns/ecs", "db/ecs"}})
 	n := o.Needs()
 	for _, want := range []string{"list pods (all namespaces)", "watch pods (all namespaces)", "list endpointslices.discovery.k8s.io in kube-system",
 		"watch endpointslices.discovery.k8s.io in dns", "create events in db", "list services in db"} {
@@ -105,7 +128,7 @@ func TestRBACDoc(t *testing.T) {
 	if err := yaml.Unmarshal(block[1], &rules); err != nil || len(rules) < 5 {
 		t.Fatalf("docs/rbac.md's rules: %v, %v", rules, err)
 	}
-	o, _ := Read([][]string{{"serviceimports", "on"}, {"client_locality", "pod"}, {"owner", "clusterroles.rbac.authorization.k8s.io", "coredns-global-write"}})
+	o, _ := read([][]string{{"serviceimports", "on"}, {"client_locality", "pod"}, {"owner", "clusterroles.rbac.authorization.k8s.io", "coredns-global-write"}})
 	needs := append(append(o.Needs(), o.LinksRead()...), TopologyReads()...)
 	granted := func(a Access) bool {
 		return slices.ContainsFunc(rules, func(r rule) bool { return a.GrantedBy(r.APIGroups, r.Resources, r.ResourceNames, r.Verbs) })
@@ -128,19 +151,6 @@ func TestRBACDoc(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// TestDirectives: each use of a directive in a server block's tokens, its arguments and its
-// block's lines.
-func TestDirectives(t *testing.T) {
-	ts := []Token{{"global", 3}, {"global.", 3}, {"{", 3}, {"lease", 4}, {"dns", 4}, {"w", 4}, {"ttl", 5}, {"5", 5}, {"}", 6},
-		{"global", 7}, {"near.global.", 7}}
-	ds := Directives("global", ts)
-	if len(ds) != 2 || !slices.Equal(ds[0].Args, []string{"global."}) || len(ds[0].Block) != 2 ||
-		!slices.Equal(ds[0].Block[0], []string{"lease", "dns", "w"}) || !slices.Equal(ds[0].Block[1], []string{"ttl", "5"}) ||
-		!slices.Equal(ds[1].Args, []string{"near.global."}) || len(ds[1].Block) != 0 {
-		t.Errorf("%+v", ds)
 	}
 }
 

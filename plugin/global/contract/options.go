@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -25,11 +26,13 @@ type Options struct {
 	Localities     map[string]map[string]string // locality: cluster -> locality key -> value
 	Topology       []string                     // topology: the locality keys of the cluster's tiers
 	ClientTopology []string                     // topology: every key of a known client's tiers, in order
-	ClientLocality []string                     // client_locality: ecs, node, pod
+	ClientLocality Sources                      // client_locality: ecs, node, pod
 	Forwarders     []string                     // client_forwarders: NAMESPACE/SERVICE
 	ECSNetworks    []netip.Prefix               // client_ecs_from: its networks
 	ECSServices    []string                     // client_ecs_from: its NAMESPACE/SERVICEs
 	Owner          [2]string                    // owner: RESOURCE (<resource>.<group>) and NAME; none: ""
+
+	given []string // the options set (Check's rules of client_forwarders)
 }
 
 // Defaults are the options of a `global` block that sets none.
@@ -37,64 +40,6 @@ func Defaults() Options {
 	return Options{Writer: true, LinksNamespace: DefaultLinksNamespace, LeaseName: DefaultLeaseName, LeaseDuration: DefaultLeaseDuration,
 		Localities: map[string]map[string]string{}, Topology: DefaultTopology(), ClientTopology: DefaultClientTopology(),
 		Forwarders: DefaultForwarders()}
-}
-
-// Token is one token of a Corefile, its text and its line: caddyfile.Token's, without depending on
-// it.
-type Token struct {
-	Text string
-	Line int
-}
-
-// Directive is one use of a directive in a server block: its arguments, and the lines of its
-// block, tokens each (Read reads those of a `global`).
-type Directive struct {
-	Args  []string
-	Block [][]string
-}
-
-// Directives splits the tokens of a server block's uses of directive name (caddyfile's
-// ServerBlock.Tokens[name]) into each use.
-func Directives(name string, ts []Token) []Directive {
-	var out []Directive
-	depth, line := 0, -1
-	for _, t := range ts {
-		switch {
-		case depth == 0 && t.Text == name && t.Line != line:
-			out = append(out, Directive{})
-			line = t.Line
-		case t.Text == "{":
-			depth++
-		case t.Text == "}":
-			depth--
-		case depth == 0:
-			out[len(out)-1].Args = append(out[len(out)-1].Args, t.Text)
-		case t.Line != line:
-			d := &out[len(out)-1]
-			d.Block = append(d.Block, []string{t.Text})
-			line = t.Line
-		default:
-			d := &out[len(out)-1]
-			d.Block[len(d.Block)-1] = append(d.Block[len(d.Block)-1], t.Text)
-		}
-	}
-	return out
-}
-
-// Read reads a `global` block's option lines (each the option's name, then its arguments) from
-// the defaults, as the plugin does (Set); options the contract does not name are left to the
-// plugin.
-func Read(lines [][]string) (Options, error) {
-	o := Defaults()
-	for _, l := range lines {
-		if len(l) == 0 {
-			continue
-		}
-		if _, err := o.Set(l[0], l[1:]); err != nil {
-			return o, fmt.Errorf("%s: %w", l[0], err)
-		}
-	}
-	return o, nil
 }
 
 // Set reads option opt, with its arguments args, into o, checked as the plugin checks it at
@@ -128,7 +73,24 @@ func (o *Options) Set(opt string, args []string) (known bool, err error) {
 	default:
 		return false, nil
 	}
+	o.given = append(o.given, opt)
 	return true, err
+}
+
+// Check checks what no single option can: the options that must agree. The plugin and
+// linkerd-global both read a stanza with it (package stanza); the chart renders none that fails it.
+func (o *Options) Check() error {
+	switch {
+	case o.ServiceImports && !o.Writer:
+		return errors.New("serviceimports on needs the writer: it cannot be on with endpointslices off")
+	case slices.Contains(o.given, "client_forwarders") && o.ClientLocality == (Sources{}):
+		return errors.New("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
+	case o.ClientLocality.ECS != (len(o.ECSNetworks)+len(o.ECSServices) > 0):
+		return errors.New("client_locality ecs and client_ecs_from go together: client_ecs_from names the resolvers trusted to set the option")
+	case o.Owner[0] != "" && !o.Writer:
+		return errors.New("owner needs the writer: it cannot be set with endpointslices off")
+	}
+	return nil
 }
 
 // setLease reads `lease NAMESPACE NAME`.
@@ -212,20 +174,32 @@ const (
 	SourcePod  = "pod"  // the query's source is a Pod's IP
 )
 
+// Sources are the sources client_locality learns a client's place from; the plugin tries them in
+// this order.
+type Sources struct{ ECS, Node, Pod bool }
+
 // clientSources reads `client_locality SOURCE...`: ecs, node or pod, each once.
-func clientSources(args []string) ([]string, error) {
+func clientSources(args []string) (Sources, error) {
+	var s Sources
 	if len(args) == 0 {
-		return nil, ErrArgCount
+		return s, ErrArgCount
 	}
 	for i, a := range args {
 		if slices.Contains(args[:i], a) {
-			return nil, fmt.Errorf("client_locality lists %s twice", a)
+			return s, fmt.Errorf("client_locality lists %s twice", a)
 		}
-		if a != SourceECS && a != SourceNode && a != SourcePod {
-			return nil, fmt.Errorf("client_locality takes ecs, node or pod, not %q", a)
+		switch a {
+		case SourceECS:
+			s.ECS = true
+		case SourceNode:
+			s.Node = true
+		case SourcePod:
+			s.Pod = true
+		default:
+			return s, fmt.Errorf("client_locality takes ecs, node or pod, not %q", a)
 		}
 	}
-	return args, nil
+	return s, nil
 }
 
 // ecsFrom reads `client_ecs_from SOURCE...`: networks, and Services (NAMESPACE/SERVICE, told apart
@@ -280,6 +254,3 @@ func owner(args []string) ([2]string, error) {
 func (o *Options) Watches(ns string) bool {
 	return len(o.Namespaces) == 0 || slices.Contains(o.Namespaces, ns)
 }
-
-// ClientSource reports whether client_locality has source (ecs, node, pod).
-func (o *Options) ClientSource(source string) bool { return slices.Contains(o.ClientLocality, source) }
