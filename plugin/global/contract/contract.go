@@ -1,10 +1,11 @@
 // Package contract is what the global plugin shows the outside, written once: the names and
-// defaults of its Corefile options and the one reader of those (options.go), which the plugin and
-// linkerd-global both read a `global` block with, the kinds of argument every option takes
-// (args.go), the API access each option needs (access.go), the labels and Lease it writes, and the
-// keys of its explanations with their one writer and one reader (explanation.go). The plugin, the
-// linkerd-global CLI and the tests read it from here, so that a drift between them fails to
-// compile or fails a test. It depends on neither CoreDNS nor client-go: on apimachinery's
+// defaults of its Corefile options and the reader of each (options.go; package stanza reads a
+// whole `global` stanza with it, for the plugin, linkerd-global and the tests alike), the kinds of
+// argument every option takes (args.go), the API access each option needs (access.go), the labels
+// and Lease it writes, and the keys of its explanations with their one writer and one reader
+// (explanation.go). The plugin, the linkerd-global CLI and the tests read it from here, and the
+// chart is held to it by linkerd-global's TestChartKeepsTheContract, so that a drift between them
+// fails to compile or fails a test. It depends on neither CoreDNS nor client-go: on apimachinery's
 // validation only.
 package contract
 
@@ -117,4 +118,11 @@ const (
 	LabelCluster = Domain + "/source-cluster"
 	// SlicesManagedBy is the writer's value of endpointslice.kubernetes.io/managed-by.
 	SlicesManagedBy = "global." + Domain
+)
+
+// Defaults of the plugin's own options that the chart renders an option against (only when its
+// value differs), as it does the contract's: held to these by TestChartKeepsTheContract.
+const (
+	DefaultSuffix = "-global" // service_suffix: the written Service of global service <svc> is <svc>-global
+	DefaultPolicy = "all"     // policy
 )

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/globaldns/global/plugin/global/contract"
 )
 
 // AnnotationPolicy, on a global service's local Service, is its owner's policy (see Policy).
@@ -25,7 +27,7 @@ type Policy struct {
 func ParsePolicy(s string) (Policy, error) {
 	f := strings.Fields(s)
 	switch {
-	case len(f) == 1 && f[0] == "all":
+	case len(f) == 1 && f[0] == contract.DefaultPolicy:
 		return Policy{}, nil
 	case len(f) == 1 && f[0] == "nearest":
 		return Policy{Nearest: 1}, nil
@@ -42,7 +44,7 @@ func ParsePolicy(s string) (Policy, error) {
 func (p Policy) String() string {
 	switch p.Nearest {
 	case 0:
-		return "all"
+		return contract.DefaultPolicy
 	case 1:
 		return "nearest"
 	}

@@ -36,7 +36,7 @@ const (
 	// SlicesManagedBy is our value of endpointslice.kubernetes.io/managed-by (on slices only).
 	SlicesManagedBy = contract.SlicesManagedBy
 
-	DefaultSuffix = "-global"
+	DefaultSuffix = contract.DefaultSuffix
 	// MCSSuffix ends the names of the MCS slices of a global service: <svc>-mcs-<cluster>-...
 	MCSSuffix           = "-mcs"
 	DefaultMaxEndpoints = 100
