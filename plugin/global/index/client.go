@@ -118,12 +118,20 @@ func (t *Topology) ClientTier(r *Record, c *Client) uint8 {
 
 // tierAt is ClientTier of a record of cluster, on node (local records; "" for none) in zone.
 func (t *Topology) tierAt(cluster, node, zone string, c *Client) uint8 {
-	for i, k := range t.ClientKeys {
+	return uint8(t.firstShared(t.ClientKeys, cluster, node, zone, c))
+}
+
+// firstShared is the tier rule of the cluster's view and of a client's alike: the index in keys of
+// the first key whose value a record of cluster, on node, in zone shares with client c (sharesAt),
+// len(keys) for none. The cluster's view is a client at this cluster's locality, on no node, whose
+// keys are the cluster's, then topology's locality keys (Topology.rank).
+func (t *Topology) firstShared(keys []string, cluster, node, zone string, c *Client) int {
+	for i, k := range keys {
 		if t.sharesAt(cluster, node, zone, c, k) {
-			return uint8(i)
+			return i
 		}
 	}
-	return uint8(len(t.ClientKeys))
+	return len(keys)
 }
 
 // nodeOf returns the node of record r: a local endpoint's, "" for the rest.

@@ -157,16 +157,15 @@ func (t *Topology) Why(cluster string) string {
 // rank returns the tier of cluster and the preference key that decided it ("" for none). It
 // allocates nothing: every build asks it for each member.
 func (t *Topology) rank(cluster string) (uint8, string) {
-	if cluster == t.Local {
+	self := Client{Labels: t.Locality[t.Local]} // the cluster's view: a client at its locality (firstShared)
+	if t.sharesAt(cluster, "", "", &self, ClusterKey) {
 		return 0, ""
 	}
-	here, there := t.Locality[t.Local], t.Locality[cluster]
-	for i, k := range t.Keys {
-		if v := here[k]; v != "" && there[k] == v {
-			return uint8(i + 1), k
-		}
+	i := t.firstShared(t.Keys, cluster, "", t.Zone(cluster), &self)
+	if i == len(t.Keys) {
+		return uint8(i + 1), ""
 	}
-	return uint8(len(t.Keys) + 1), ""
+	return uint8(i + 1), t.Keys[i]
 }
 
 // Topology returns the topology s was built with: its tiers' and its local records' cluster name's.
