@@ -89,8 +89,8 @@ func zonedGlobal(t testing.TB, sources contract.Sources) *Global {
 	ix.Start()
 	ix.Publish()
 	g := &Global{Zones: []string{"global.", "near.global.", "clusterset.local."}, recordMaker: recordMaker{ttl: 5}, index: ix, explain: true,
-		selector: selector{policies: policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), mcsZones: []string{"clusterset.local."}},
-		asker:    asker{sources: sources}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+		chooser: chooser{policies: policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), mcsZones: []string{"clusterset.local."}},
+		asker:   asker{sources: sources}, Next: test.NextHandler(dns.RcodeNameError, nil)}
 	if sources != (contract.Sources{}) {
 		g.locator = fakeLocator{ecs: sources.ECS}
 	}

@@ -118,8 +118,8 @@ func newDifferential(t *testing.T, seed uint64) *differential {
 		policies[zone] = index.Policy{Nearest: n}
 	}
 	d.g = &Global{Zones: w.Zones, recordMaker: recordMaker{ttl: w.TTL, rotate: w.Rotate}, index: d.ix,
-		selector: selector{policies: policiesOf(policies), preferNamespaces: w.PreferNamespaces},
-		Next:     test.NextHandler(dns.RcodeNameError, nil)}
+		chooser: chooser{policies: policiesOf(policies), preferNamespaces: w.PreferNamespaces},
+		Next:    test.NextHandler(dns.RcodeNameError, nil)}
 	for _, source := range w.ClientLocality {
 		switch source {
 		case "ecs":

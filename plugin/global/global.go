@@ -38,7 +38,7 @@ type Global struct {
 	contract.Options                 // the options the outside depends on (contract/options.go)
 	exportSelector   string          // export_selector
 	corefile         index.Topology  // cluster, and (build) locality, topology: the index completes it from the cluster
-	selector                         // names, policy, prefer_namespaces: what names select
+	chooser                          // names, policy, prefer_namespaces: what names select
 	recordMaker                      // ttl, rotate: how answers are made of it
 	asker                            // who asks: client_locality, client_ecs_from (set by build), and the locator built
 	Fall             fall.F          // fallthrough

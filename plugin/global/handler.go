@@ -15,8 +15,8 @@ import (
 
 // ServeDNS implements plugin.Handler. Names in our zones are always answered here (`.global` is a
 // public TLD: nothing leaks to the next plugin unless fallthrough says so, and only on NXDOMAIN).
-// A name is parsed, what it selects computed once (selector.go), and the selection rendered as
-// records (records.go) or, in class CH, as its explanation (explain.go).
+// A name is parsed, what it selects computed once (choose.go), and the selection rendered as
+// records (answer.go) or, in class CH, as its explanation (explain.go).
 //
 // The frames below are kept small, and rare work out of line: CoreDNS serves each UDP query on a
 // new goroutine, whose stack starts at 2 KB and has grown to 4 KB unpacking the question. A plugin

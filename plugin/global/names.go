@@ -69,7 +69,7 @@ func (s scheme) parse(n *name, qname, zone string) {
 		*n = name{} // an unknown directive, or a name without records: NXDOMAIN, as CoreDNS
 		return
 	}
-	n.zonal, n.zone = z, topoZone
+	n.zonal, n.topoZone = z, topoZone
 }
 
 // parseBase parses qname under zone in scheme s, as a name of the scheme, into n.
@@ -179,8 +179,8 @@ type name struct {
 	svc, ns, cluster, host string
 	port, proto            string
 	short                  bool   // no namespace: <svc>.<zone> forms
-	zonal                  zonal  // a zonal name's directive: the records of topology zone zone
-	zone                   string // a zonal name's topology zone
+	zonal                  zonal  // a zonal name's directive: the records of topology zone topoZone
+	topoZone               string // a zonal name's topology zone
 }
 
 // scopes reports whether record r is in the scope n names: its pod's, its cluster's, or the whole

@@ -7,8 +7,8 @@ import (
 	"github.com/globaldns/global/plugin/global/index"
 )
 
-// selection is what a query name selects from one snapshot, computed once (selector.go) and
-// rendered twice: as the IN answer (handler.go with records.go) and as its explanation in class
+// selection is what a query name selects from one snapshot, computed once (choose.go) and
+// rendered twice: as the IN answer (handler.go with answer.go) and as its explanation in class
 // CH (explain.go), which therefore never disagree.
 type selection struct {
 	name   name
@@ -102,7 +102,7 @@ func (s *selection) inView(r *index.Record) bool {
 
 // inZone reports whether record r is in the topology zone of the name, a zonal one.
 func (s *selection) inZone(r *index.Record) bool {
-	return strings.EqualFold(s.svc.Topology().ZoneOf(r), s.name.zone)
+	return strings.EqualFold(s.svc.Topology().ZoneOf(r), s.name.topoZone)
 }
 
 // tier returns the tier of record r in this answer: the client's view of it, or the cluster's.
@@ -151,7 +151,7 @@ func (s *selection) reshape(limit int) {
 	if n.zonal != zonalNone {
 		s.zoned = n.zonal == zonalPin || s.zoneHolds()
 		if s.zoned {
-			zone = n.zone
+			zone = n.topoZone
 		}
 	}
 	var v index.View // one, not one per call on the stack (see ServeDNS)
@@ -227,7 +227,7 @@ func (s *selection) zoneHolds() bool {
 	if n.host != "" {
 		return !s.svc.Select(n.cluster, n.host, s.inZoneAndMatches, 1).Empty()
 	}
-	return !s.svc.Nearest(n.cluster, n.zone, 0, nil, n.matches, 1).Empty()
+	return !s.svc.Nearest(n.cluster, n.topoZone, 0, nil, n.matches, 1).Empty()
 }
 
 // inZoneAndMatches reports whether record r is in the name's topology zone with a port it asks for.

@@ -19,8 +19,8 @@ var layered = map[string][][]string{
 	// CoreDNS's k8s_external.
 	"plugin/global": {
 		{"setup.go"}, {"config.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
-		{"selector.go"},
-		{"explain.go"}, {"records.go", "answerlists.go"},
+		{"choose.go"},
+		{"explain.go"}, {"answer.go", "answerlists.go"},
 		{"selection.go"},
 		{"names.go"},
 	},

@@ -11,22 +11,22 @@ import (
 	"github.com/miekg/dns"
 )
 
-// selector chooses what names answer: the options that decide it.
-type selector struct {
+// chooser chooses what names answer: the options that decide it.
+type chooser struct {
 	policies         policies // policy: by zone, the zones' policies; under "", the instance's
 	preferNamespaces []string // prefer_namespaces: the order in which short names pick a namespace
 	mcsZones         []string // names mcs: the zones with MCS names; the others have .global's
 }
 
 // scheme returns the naming scheme of zone.
-func (c *selector) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
+func (c *chooser) scheme(zone string) scheme { return schemeOf(c.mcsZones, zone) }
 
 // selectName computes into s, a zero selection but for its parsed name, what that name, parsed
 // under zone, selects from snap for a question req of qtype (nil and dns.TypeTXT in class CH, an
 // explanation: every answer's records, unbounded) asked by q: everything an answer or an
 // explanation of it says. (Into s, not returned: a selection is some 400 bytes, made once on the
 // caller's stack.)
-func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, qtype uint16, q querier, req *request.Request) {
+func (c *chooser) selectName(s *selection, snap *index.Snapshot, zone string, qtype uint16, q querier, req *request.Request) {
 	s.zone, s.scheme, s.snap, s.querier = zone, c.scheme(zone), snap, q
 	if s.name.svc != "" {
 		s.svc, s.candidates = c.service(snap, zone, &s.name)
@@ -36,7 +36,7 @@ func (c *selector) selectName(s *selection, snap *index.Snapshot, zone string, q
 
 // choose sets what s's service answers for its name and qtype, no more than limit records of a
 // family: the view, the policy and the records kept, and what the name is and whether it exists.
-func (c *selector) choose(s *selection, qtype uint16, limit int) {
+func (c *chooser) choose(s *selection, qtype uint16, limit int) {
 	n := &s.name
 	reshape, answers := false, false
 	var v index.View // one, not one per call on the stack (see ServeDNS)
@@ -98,7 +98,7 @@ func viewLimit(svc *index.Service, req *request.Request) int {
 // service finds the global service a name of one refers to: nil when there is none. A short name
 // that several namespaces have, with no prefer_namespaces entry among them, refers to none of them:
 // it must never silently pick one. Their selections are returned, for the explanation.
-func (c *selector) service(snap *index.Snapshot, zone string, n *name) (*index.Service, []selection) {
+func (c *chooser) service(snap *index.Snapshot, zone string, n *name) (*index.Service, []selection) {
 	if !n.short {
 		return snap.Service(index.Key{Namespace: n.ns, Name: n.svc}), nil
 	}
@@ -134,7 +134,7 @@ func preferred(order []string, candidates []*index.Service) *index.Service {
 
 // policyOf returns the policy of answers for svc (nil: none) in zone, and who set it: the zone's,
 // else the service owner's, else the instance's.
-func (c *selector) policyOf(zone string, svc *index.Service) (index.Policy, policySource) {
+func (c *chooser) policyOf(zone string, svc *index.Service) (index.Policy, policySource) {
 	if p, ok := c.policies.get(zone); ok {
 		return p, fromZone
 	}
