@@ -221,11 +221,11 @@ type run struct {
 
 // The kinds of local record, as bits: on the client's node or not, in its zone or not.
 const (
-	kindNodeZone = 1 << iota // on the node, in the zone
-	kindNode                 // on the node, not in the zone
-	kindZone                 // in the zone, not on the node
-	kindElse                 // neither
-	kindsAll     = kindNodeZone | kindNode | kindZone | kindElse
+	atNodeZone = 1 << iota // on the node, in the zone
+	atNode                 // on the node, not in the zone
+	atZone                 // in the zone, not on the node
+	atElse                 // neither
+	atAny      = atNodeZone | atNode | atZone | atElse
 )
 
 // kindsOf returns the kinds of local record of tier t from the client.
@@ -281,7 +281,7 @@ func (w *nearestWalk) plan(cluster string, runs []run) []run {
 		case w.c != nil:
 			kinds = w.kindsOf(t)
 		case t == 0:
-			kinds = kindsAll
+			kinds = atAny
 		}
 		for j := 0; j <= len(tiers); j++ {
 			if j == p.localAt && local && kinds != 0 {
@@ -326,13 +326,13 @@ func (w *nearestWalk) localKind(r *Record) uint8 {
 	}
 	switch {
 	case node && zone:
-		return kindNodeZone
+		return atNodeZone
 	case node:
-		return kindNode
+		return atNode
 	case zone:
-		return kindZone
+		return atZone
 	}
-	return kindElse
+	return atElse
 }
 
 // family returns the answer's records of family f (0: IPv4, 1: IPv6), from runs.
@@ -380,12 +380,12 @@ func (w *nearestWalk) takeLocal(out []Record, f int, span [2]int32, r run) []Rec
 		return w.take(out, w.rs.Slice(int(span[0]), int(span[1])), 0, r.tier)
 	case w.c == nil:
 		return w.takeList(out, zoneGroup(places, w.zone), 0, r.tier)
-	case r.kinds&^(kindNodeZone|kindNode) == 0: // on the node: its group, filtered unless both kinds
-		return w.takeList(out, places.byNode[w.c.Node], filterUnless(r.kinds, kindNodeZone|kindNode, w.zone), r.tier)
+	case r.kinds&^(atNodeZone|atNode) == 0: // on the node: its group, filtered unless both kinds
+		return w.takeList(out, places.byNode[w.c.Node], filterUnless(r.kinds, atNodeZone|atNode, w.zone), r.tier)
 	case w.zone != "":
 		return w.takeList(out, zoneGroup(places, w.zone), r.kinds, r.tier)
-	case r.kinds&^(kindNodeZone|kindZone) == 0:
-		return w.takeList(out, places.byZone[w.czone], filterUnless(r.kinds, kindNodeZone|kindZone, w.zone), r.tier)
+	case r.kinds&^(atNodeZone|atZone) == 0:
+		return w.takeList(out, places.byZone[w.czone], filterUnless(r.kinds, atNodeZone|atZone, w.zone), r.tier)
 	}
 	// The kinds farthest from the client, neither on its node nor in its zone: every record of a
 	// nearer kind was answered before (or the answer is full), so those skipped here are at most
