@@ -215,7 +215,7 @@ func TestPrintedDocLinks(t *testing.T) {
 	}
 }
 
-// hintAnchor is a check's hint, an anchor of docs/troubleshooting.md (deploy/linkerd-global/checks.go).
+// hintAnchor is a check's hint, an anchor of docs/troubleshooting.md (deploy/linkerd-global/checks_install.go).
 var hintAnchor = regexp.MustCompile(`hintAnchor: +"([^"]+)"`)
 
 // setValue is a Helm value flag and its argument, in a command a user copies.
