@@ -134,7 +134,7 @@ func preferred(order []string, candidates []*index.Service) *index.Service {
 
 // policyOf returns the policy of answers for svc (nil: none) in zone, and who set it: the zone's,
 // else the service owner's, else the instance's.
-func (c *chooser) policyOf(zone string, svc *index.Service) (index.Policy, policySource) {
+func (c *chooser) policyOf(zone string, svc *index.Service) (index.Policy, policySetter) {
 	if p, ok := c.policies.get(zone); ok {
 		return p, fromZone
 	}

@@ -106,7 +106,7 @@ func TestPolicies(t *testing.T) {
 	ask("foo.db.global.", dns.TypeA, dns.RcodeSuccess, "10.0.0.1", "10.0.0.2")
 	ask("foo.db.near2.global.", dns.TypeA, dns.RcodeSuccess, "10.0.0.1", "10.0.0.2", "10.96.0.1")
 	svc := g.index.Snapshot().Service(foo)
-	for zone, want := range map[string]policySource{"global.": fromAnnotation, "near.global.": fromZone} {
+	for zone, want := range map[string]policySetter{"global.": fromAnnotation, "near.global.": fromZone} {
 		if _, got := g.policyOf(zone, svc); got != want {
 			t.Errorf("policy of %s from %s, want %s", zone, got, want)
 		}

@@ -33,7 +33,7 @@ type selection struct {
 	kept  *index.Kept // what answers keep with view, when the index remembers it (Service.NearestKept)
 
 	policy index.Policy
-	from   policySource
+	from   policySetter
 
 	// a and aaaa are the records the address answers hold, prefixes of view.A and view.AAAA: the
 	// nearest whole tiers the policy keeps, counting each record (one member's address of that
@@ -241,15 +241,15 @@ type querier struct {
 	learned string
 }
 
-// policySource says who set the policy of an answer.
-type policySource uint8
+// policySetter says who set the policy of an answer.
+type policySetter uint8
 
 const (
-	fromDefault    policySource = iota // the instance's, `policy MODE` without zones (all unless set)
+	fromDefault    policySetter = iota // the instance's, `policy MODE` without zones (all unless set)
 	fromAnnotation                     // the service owner's, index.AnnotationPolicy
 	fromZone                           // the zone's, `policy MODE ZONES...`
 )
 
-var policySources = [...]string{fromDefault: "default", fromAnnotation: "annotation", fromZone: "zone"}
+var policySetters = [...]string{fromDefault: "default", fromAnnotation: "annotation", fromZone: "zone"}
 
-func (s policySource) String() string { return policySources[s] }
+func (s policySetter) String() string { return policySetters[s] }

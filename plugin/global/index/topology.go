@@ -29,7 +29,7 @@ type Topology struct {
 	// hostname and cluster included, else DefaultClientKeys.
 	ClientKeys []string
 	Locality   map[string]map[string]string // cluster -> key -> value
-	// Where Local and each cluster's Locality come from: a Source; SourceCorefile when unset.
+	// Where Local and each cluster's Locality come from: a Source; FromCorefile when unset.
 	LocalFrom    string
 	LocalityFrom map[string]string
 	// Linked are the clusters Linkerd's Links name, where the Link CRD is served: then a Service
@@ -39,11 +39,11 @@ type Topology struct {
 
 // Where a topology's facts come from.
 const (
-	SourceDefault         = "default"         // nothing says: `cluster`'s default
-	SourceCorefile        = "corefile"        // `cluster`, `locality`
-	SourceClusterProperty = "clusterproperty" // the ClusterProperty cluster.clusterset.k8s.io (KEP-2149)
-	SourceLink            = "link"            // the labels of the cluster's Linkerd Link
-	SourceNodes           = "nodes"           // the labels every Node of this cluster shares
+	FromDefault         = "default"         // nothing says: `cluster`'s default
+	FromCorefile        = "corefile"        // `cluster`, `locality`
+	FromClusterProperty = "clusterproperty" // the ClusterProperty cluster.clusterset.k8s.io (KEP-2149)
+	FromLink            = "link"            // the labels of the cluster's Linkerd Link
+	FromNodes           = "nodes"           // the labels every Node of this cluster shares
 )
 
 // Discovered is what the cluster's objects say of its topology (see watch.Topology): this
@@ -64,12 +64,12 @@ func (t *Topology) With(d Discovered) (*Topology, []string) {
 		LocalFrom: t.localFrom(), LocalityFrom: map[string]string{}, Linked: d.Linked}
 	var warnings []string
 	for c, l := range t.Locality {
-		out.Locality[c], out.LocalityFrom[c] = l, SourceCorefile
+		out.Locality[c], out.LocalityFrom[c] = l, FromCorefile
 	}
 	switch {
 	case d.Cluster == "":
 	case t.Unnamed:
-		out.Local, out.Unnamed, out.LocalFrom = d.Cluster, false, SourceClusterProperty
+		out.Local, out.Unnamed, out.LocalFrom = d.Cluster, false, FromClusterProperty
 	case d.Cluster != t.Local:
 		warnings = append(warnings, fmt.Sprintf("this cluster is %q in the Corefile (`cluster`) and %q in its ClusterProperty cluster.clusterset.k8s.io: the Corefile's is used", t.Local, d.Cluster))
 	}
@@ -78,15 +78,15 @@ func (t *Topology) With(d Discovered) (*Topology, []string) {
 		case len(l) == 0:
 		case !ok:
 			out.Locality[cluster], out.LocalityFrom[cluster] = l, from
-		case contradicts(have, l) && out.LocalityFrom[cluster] == SourceCorefile:
+		case contradicts(have, l) && out.LocalityFrom[cluster] == FromCorefile:
 			warnings = append(warnings, fmt.Sprintf("cluster %q is at %s in the Corefile (`locality`) and at %s by its %s: the Corefile's is used",
-				cluster, contract.DescribeLocality(have), contract.DescribeLocality(l), map[string]string{SourceLink: "Link", SourceNodes: "Nodes"}[from]))
+				cluster, contract.DescribeLocality(have), contract.DescribeLocality(l), map[string]string{FromLink: "Link", FromNodes: "Nodes"}[from]))
 		}
 	}
-	learn(out.Local, d.Nodes, SourceNodes)
+	learn(out.Local, d.Nodes, FromNodes)
 	for _, c := range slices.Sorted(maps.Keys(d.Links)) {
 		if c != out.Local {
-			learn(c, d.Links[c], SourceLink)
+			learn(c, d.Links[c], FromLink)
 		}
 	}
 	return out, warnings
@@ -108,11 +108,11 @@ func (t *Topology) NamedBy() string { return t.localFrom() }
 func (t *Topology) localFrom() string {
 	switch {
 	case t.Unnamed:
-		return SourceDefault
+		return FromDefault
 	case t.LocalFrom != "":
 		return t.LocalFrom
 	}
-	return SourceCorefile
+	return FromCorefile
 }
 
 // From returns where cluster's locality comes from, "" when it has none.
@@ -120,7 +120,7 @@ func (t *Topology) From(cluster string) string {
 	if _, ok := t.Locality[cluster]; !ok {
 		return ""
 	}
-	return cmp.Or(t.LocalityFrom[cluster], SourceCorefile)
+	return cmp.Or(t.LocalityFrom[cluster], FromCorefile)
 }
 
 // Equal reports whether t and o rank and name clusters alike, from the same sources.

@@ -26,7 +26,7 @@ func TestTopologyWith(t *testing.T) {
 		Nodes: map[string]string{index.ZoneKey: "z1", index.RegionKey: "r1"},
 	}
 	got, warnings := corefile.With(d)
-	if got.Local != "east" || got.Unnamed || got.LocalFrom != index.SourceClusterProperty {
+	if got.Local != "east" || got.Unnamed || got.LocalFrom != index.FromClusterProperty {
 		t.Errorf("this cluster: %q unnamed %v from %s", got.Local, got.Unnamed, got.LocalFrom)
 	}
 	for cluster, want := range map[string]string{"east": "region:r1,zone:z1 nodes", "west": "region:r1,zone:z1 corefile", "north": "region:r1 link", "south": "none "} {
@@ -48,7 +48,7 @@ func TestTopologyWith(t *testing.T) {
 
 	// A named cluster keeps its name; a ClusterProperty that disagrees is a warning.
 	named := &index.Topology{Local: "east", Keys: index.DefaultKeys}
-	if got, w := named.With(index.Discovered{Cluster: "east-1"}); got.Local != "east" || got.LocalFrom != index.SourceCorefile || len(w) != 1 {
+	if got, w := named.With(index.Discovered{Cluster: "east-1"}); got.Local != "east" || got.LocalFrom != index.FromCorefile || len(w) != 1 {
 		t.Errorf("named: %q from %s, warnings %q", got.Local, got.LocalFrom, w)
 	}
 	if got, w := named.With(index.Discovered{}); !got.Equal(named) || len(w) != 0 {
