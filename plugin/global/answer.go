@@ -366,7 +366,7 @@ func (mk *recordMaker) srv(owner string, domain [5]string, kept index.View, n *n
 			if made == t.made {
 				break // the rest would not fit
 			}
-			if n.matchesPort(p) {
+			if n.ports.Matches(p) {
 				srv := &srvRecords[len(answer)] // filled in place, as addrs
 				srv.Hdr, srv.Priority, srv.Weight, srv.Port, srv.Target = mk.hdr(owner, dns.TypeSRV), uint16(t.Tier), weight, uint16(p.Port), target
 				answer, made = append(answer, srv), made+1
@@ -425,13 +425,13 @@ func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string,
 // else at most one (a Service's and a slice's port names are unique), found by a scan that stops
 // there.
 func matching(ps []index.Port, n *name) int {
-	if n.port == "" && n.proto == "" {
+	if n.ports == (index.PortQuery{}) {
 		return len(ps)
 	}
 	c := 0
 	for i := range ps {
-		if n.matchesPort(ps[i]) {
-			if c++; n.port != "" {
+		if n.ports.Matches(ps[i]) {
+			if c++; n.ports.Name != "" {
 				break
 			}
 		}

@@ -2,8 +2,6 @@ package global
 
 import (
 	"math"
-	"slices"
-	"sort"
 
 	"github.com/globaldns/global/plugin/global/index"
 
@@ -70,7 +68,7 @@ func (c *chooser) choose(s *selection, qtype uint16, limit int) {
 		s.aaaa = s.policy.Keep(s.view.AAAA)
 	}
 	if qtype != dns.TypeA && qtype != dns.TypeAAAA {
-		s.srv = keepTargets(s.policy, s.view, n)
+		s.srv = s.policy.KeepTargets(s.view, &n.ports)
 	}
 }
 
@@ -184,32 +182,6 @@ func (ps *policies) set(zone string, p index.Policy) {
 		}
 	}
 	*ps = append(*ps, zonePolicy{zone, p})
-}
-
-// keepTargets returns the prefixes of v's records that hold the targets an SRV answer of name n
-// keeps under policy p: all, or the nearest whole tiers until they hold p.Nearest targets with a
-// port n asks for. Each target is one member, counted once, whatever its ports and addresses.
-func keepTargets(p index.Policy, v index.View, n *name) index.View {
-	if p.Nearest == 0 {
-		return v
-	}
-	matched, last := 0, uint8(0)
-	for t := range v.Targets() {
-		if p.Ends(t.Tier, last, matched) {
-			return index.View{A: below(v.A, t.Tier), AAAA: below(v.AAAA, t.Tier)}
-		}
-		if slices.ContainsFunc(t.Ports, n.matchesPort) {
-			matched++
-		}
-		last = t.Tier
-	}
-	return v
-}
-
-// below returns the prefix of rs, records in tier order, of the tiers nearer than tier.
-func below(rs []index.Record, tier uint8) []index.Record {
-	i := sort.Search(len(rs), func(i int) bool { return rs[i].Tier >= tier })
-	return rs[:i:i]
 }
 
 // nameIs says what name n is, whose global service is svc (nil: none) and view view (answers:

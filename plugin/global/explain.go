@@ -222,7 +222,7 @@ func explainQuerier(l contract.Line, s *selection) contract.Line {
 func portsOf(r *index.Record, n name) contract.Line {
 	var ps []string
 	for _, p := range r.Ports {
-		if n.matchesPort(p) {
+		if n.ports.Matches(p) {
 			ps = append(ps, strconv.Itoa(int(p.Port)))
 		}
 	}

@@ -163,24 +163,24 @@ func parseMCSName(qname, zone string) name {
 	case n == 2:
 		return name{form: formService, svc: l[0], ns: l[1]}
 	case n == 3 && u0:
-		return name{form: formProto, proto: protocol(l[0]), svc: l[1], ns: l[2]}
+		return name{form: formProto, ports: index.PortQuery{Protocol: protocol(l[0])}, svc: l[1], ns: l[2]}
 	case n == 4 && u0 && u1:
-		return name{form: formSRV, port: l[0][1:], proto: protocol(l[1]), svc: l[2], ns: l[3]}
+		return name{form: formSRV, ports: index.PortQuery{Name: l[0][1:], Protocol: protocol(l[1])}, svc: l[2], ns: l[3]}
 	case n == 4 && !u0 && !u1:
 		return name{form: formService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
 	}
 	return name{}
 }
 
-// name is a parsed query name. Labels are lower case; port and proto have no underscore, and proto
-// is spelled as Kubernetes does (protocol).
+// name is a parsed query name. Labels are lower case; the ports an SRV name asks for have no
+// underscore, and their protocol is spelled as Kubernetes does (protocol).
 type name struct {
 	form                   form
 	svc, ns, cluster, host string
-	port, proto            string
-	short                  bool   // no namespace: <svc>.<zone> forms
-	zonal                  zonal  // a zonal name's directive: the records of topology zone topoZone
-	topoZone               string // a zonal name's topology zone
+	ports                  index.PortQuery // _<port>._<proto>, _<proto>: "" any
+	short                  bool            // no namespace: <svc>.<zone> forms
+	zonal                  zonal           // a zonal name's directive: the records of topology zone topoZone
+	topoZone               string          // a zonal name's topology zone
 }
 
 // scopes reports whether record r is in the scope n names: its pod's, its cluster's, or the whole
@@ -195,13 +195,7 @@ func (n *name) matches(r *index.Record) bool {
 	if !n.form.ofPorts() {
 		return true
 	}
-	return slices.ContainsFunc(r.Ports, n.matchesPort)
-}
-
-// matchesPort reports whether port p is one n asks for: named n.port ("" any) of protocol n.proto
-// ("" any). A name without port labels matches every port: an SRV question of it answers them all.
-func (n *name) matchesPort(p index.Port) bool {
-	return (n.port == "" || p.Name == n.port) && (n.proto == "" || p.Protocol == n.proto)
+	return slices.ContainsFunc(r.Ports, n.ports.Matches)
 }
 
 // protocol is the protocol of an _<proto> label as Kubernetes spells it (TCP, UDP, SCTP, the values
@@ -295,17 +289,17 @@ func parseName(qname, zone string) name {
 	case n == 1:
 		return name{form: formService, svc: l[0], short: true}
 	case n == 2 && u0:
-		return name{form: formProto, proto: protocol(l[0]), svc: l[1], short: true}
+		return name{form: formProto, ports: index.PortQuery{Protocol: protocol(l[0])}, svc: l[1], short: true}
 	case n == 2:
 		return name{form: formService, svc: l[0], ns: l[1]}
 	case n == 3 && u0 && u1:
-		return name{form: formSRV, port: l[0][1:], proto: protocol(l[1]), svc: l[2], short: true}
+		return name{form: formSRV, ports: index.PortQuery{Name: l[0][1:], Protocol: protocol(l[1])}, svc: l[2], short: true}
 	case n == 3 && u0:
-		return name{form: formProto, proto: protocol(l[0]), svc: l[1], ns: l[2]}
+		return name{form: formProto, ports: index.PortQuery{Protocol: protocol(l[0])}, svc: l[1], ns: l[2]}
 	case n == 3:
 		return name{form: formService, cluster: l[0], svc: l[1], ns: l[2]}
 	case n == 4 && u0 && u1:
-		return name{form: formSRV, port: l[0][1:], proto: protocol(l[1]), svc: l[2], ns: l[3]}
+		return name{form: formSRV, ports: index.PortQuery{Name: l[0][1:], Protocol: protocol(l[1])}, svc: l[2], ns: l[3]}
 	case n == 4 && !u0 && !u1:
 		return name{form: formService, host: l[0], cluster: l[1], svc: l[2], ns: l[3]}
 	}

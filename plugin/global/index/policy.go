@@ -2,6 +2,7 @@ package index
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,6 +106,42 @@ func (p Policy) Keep(rs []Record) []Record {
 	}
 	last := rs[p.Nearest-1].Tier
 	return rs[:sort.Search(len(rs), func(i int) bool { return i >= p.Nearest && p.Ends(rs[i].Tier, last, i) })]
+}
+
+// KeepTargets returns the prefixes of v's records that hold the targets an SRV answer of ports q
+// keeps under p: all, or the nearest whole tiers until they hold p.Nearest targets with a port q
+// asks for. Each target is one member, counted once, whatever its ports and addresses: Keep's
+// cut (Ends), of targets.
+func (p Policy) KeepTargets(v View, q *PortQuery) View {
+	if p.Nearest == 0 {
+		return v
+	}
+	held, last := 0, uint8(0)
+	for t := range v.Targets() {
+		if p.Ends(t.Tier, last, held) {
+			return View{A: below(v.A, t.Tier), AAAA: below(v.AAAA, t.Tier)}
+		}
+		if slices.ContainsFunc(t.Ports, q.Matches) {
+			held++
+		}
+		last = t.Tier
+	}
+	return v
+}
+
+// below returns the prefix of rs, records in tier order, of the tiers nearer than tier.
+func below(rs []Record, tier uint8) []Record {
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].Tier >= tier })
+	return rs[:i:i]
+}
+
+// PortQuery is the ports an SRV name (_<port>._<proto>) or a _<proto> name asks for: of name Name
+// and protocol Protocol, "" for any. A name without port labels asks for every port.
+type PortQuery struct{ Name, Protocol string }
+
+// Matches reports whether port p is one q asks for.
+func (q PortQuery) Matches(p Port) bool {
+	return (q.Name == "" || p.Name == q.Name) && (q.Protocol == "" || p.Protocol == q.Protocol)
 }
 
 // Ends reports whether an answer under p ends before tier, which follows tier last (tiers come
