@@ -150,7 +150,7 @@ func (g *Global) check(c *caddy.Controller) error {
 	if g.ServiceImports && g.writerConfig.Suffix == writer.MCSSuffix {
 		return c.Errf("service_suffix %s would name the -global EndpointSlices as the MCS ones of serviceimports on", writer.MCSSuffix)
 	}
-	if e := g.lease(); !e.CheckTimings() {
+	if e := g.leaseTimings(); !e.CheckTimings() {
 		return c.Errf("lease timings must satisfy lease_duration > lease_renew_deadline > %.1f x lease_retry_period, not %v, %v, %v",
 			leaderelection.JitterFactor, e.Duration, e.RenewDeadline, e.RetryPeriod)
 	}

@@ -6,7 +6,6 @@
 package global
 
 import (
-	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -124,11 +123,23 @@ func (g *Global) OnStartup() error {
 	return nil
 }
 
-// lease is the writer's election: the contract's Lease (in the pod's namespace unless the
-// Corefile names one), timed by the plugin's own lease_renew_deadline and lease_retry_period.
+// lease is the writer's election: the contract's Lease, in the pod's namespace unless the
+// Corefile names one (read only then: from the environment or the ServiceAccount's file), timed
+// by leaseTimings.
 func (g *Global) lease() writer.Election {
+	e := g.leaseTimings()
+	e.Namespace, e.Name = g.LeaseNamespace, g.LeaseName
+	if e.Namespace == "" {
+		e.Namespace = writer.DefaultLeaseNamespace()
+	}
+	return e
+}
+
+// leaseTimings is the election's timings alone: the contract's lease_duration and the plugin's
+// own lease_renew_deadline and lease_retry_period, which must agree (check).
+func (g *Global) leaseTimings() writer.Election {
 	e := g.election
-	e.Namespace, e.Name, e.Duration = cmp.Or(g.LeaseNamespace, writer.DefaultLeaseNamespace()), g.LeaseName, g.LeaseDuration
+	e.Duration = g.LeaseDuration
 	return e
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 
-	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
@@ -73,7 +72,7 @@ func (g *Global) build() error {
 	g.corefile.Locality, g.corefile.Keys, g.corefile.ClientKeys = g.Localities, g.Topology, g.ClientTopology
 	g.index = index.New(&g.corefile, g.watcher)
 	g.asker = asker{sources: g.ClientLocality, ecsFrom: g.ECSNetworks}
-	if g.ClientLocality != (contract.Sources{}) {
+	if g.ClientLocality.Any() {
 		g.clients = watch.NewClients(client, nodeKeys(g.ClientTopology), g.ClientLocality.Pod, g.Forwarders, g.ECSServices)
 		g.locator = g.clients
 	}

@@ -54,7 +54,7 @@ func each(namespaces []string, group, resource string, verbs ...string) []Access
 // these, it does not work; the topology's reads (TopologyReads) it does without.
 func (o *Options) Needs() []Access {
 	out := append(each(o.Namespaces, "", "services", "list", "watch"), each(o.Namespaces, "discovery.k8s.io", "endpointslices", "list", "watch")...)
-	if o.ClientLocality != (Sources{}) {
+	if o.ClientLocality.Any() {
 		// Where clients run: Nodes always; Pods with pod; the slices of the forwarders' and of
 		// client_ecs_from's Services, in their namespaces when not all are watched.
 		out = append(out, each(nil, "", "nodes", "list", "watch")...)

@@ -83,7 +83,7 @@ func (o *Options) Check() error {
 	switch {
 	case o.ServiceImports && !o.Writer:
 		return errors.New("serviceimports on needs the writer: it cannot be on with endpointslices off")
-	case slices.Contains(o.given, "client_forwarders") && o.ClientLocality == (Sources{}):
+	case slices.Contains(o.given, "client_forwarders") && !o.ClientLocality.Any():
 		return errors.New("client_forwarders needs client_locality: only answers ranked from the client tell forwarders apart")
 	case o.ClientLocality.ECS != (len(o.ECSNetworks)+len(o.ECSServices) > 0):
 		return errors.New("client_locality ecs and client_ecs_from go together: client_ecs_from names the resolvers trusted to set the option")
@@ -177,6 +177,9 @@ const (
 // Sources are the sources client_locality learns a client's place from; the plugin tries them in
 // this order.
 type Sources struct{ ECS, Node, Pod bool }
+
+// Any reports whether client_locality names a source: answers are then ranked from the client.
+func (s Sources) Any() bool { return s.ECS || s.Node || s.Pod }
 
 // clientSources reads `client_locality SOURCE...`: ecs, node or pod, each once.
 func clientSources(args []string) (Sources, error) {
