@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
@@ -38,9 +39,9 @@ func (d discard) RemoteAddr() net.Addr { return d.remote }
 // BenchmarkServeDNS measures the query path of every name form, so regressions show as allocs/op.
 func BenchmarkServeDNS(b *testing.B) {
 	g := newGlobal(b, source())
-	g.rotate = true // the default
+	g.Rotate = true // the default
 	g.Zones = []string{"global.", "near.global."}
-	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}})
+	g.Policies = answer.PoliciesOf(map[string]index.Policy{"near.global.": {Nearest: 1}})
 	for _, q := range []struct {
 		name, qname string
 		qtype       uint16
@@ -59,8 +60,8 @@ func BenchmarkServeDNS(b *testing.B) {
 	// Ranked from a client on a node (6 A records over 5 tiers), and a zonal name; the client found
 	// by the locator the plugin runs with.
 	z := zonedGlobal(b, contract.Sources{Node: true})
-	z.rotate = true
-	z.locator = benchLocator(b)
+	z.Rotate = true
+	z.Locator = benchLocator(b)
 	b.Run("client", func(b *testing.B) { benchServe(b, z, "zz.db.global.", dns.TypeA, "10.1.0.1") })
 	b.Run("zonal", func(b *testing.B) { benchServe(b, z, "za.pin._zone.zz.db.global.", dns.TypeA, "") })
 	// SRV of a service of 10,010 endpoints, over UDP as srv: what a reply holds is made, no more.
@@ -98,8 +99,8 @@ func spreadGlobal(b testing.TB, n int) *Global {
 	ix.Changed(spread)
 	ix.Start()
 	ix.Publish()
-	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5, rotate: true}, index: ix,
-		asker: asker{sources: contract.Sources{Node: true}, locator: benchLocator(b)}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+	return &Global{Zones: []string{"global."}, Next: test.NextHandler(dns.RcodeNameError, nil), Answerer: answer.Answerer{Maker: answer.Maker{TTL: 5, Rotate: true},
+		Asker: answer.Asker{Sources: contract.Sources{Node: true}, Locator: benchLocator(b)}, Index: ix}}
 }
 
 // benchLocator is the locator the plugin runs with (watch.Clients), over a fake API of fakeLocator's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
@@ -48,8 +49,8 @@ func bigZoned(t testing.TB, http, db int) *Global {
 	ix.Changed(big)
 	ix.Start()
 	ix.Publish()
-	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5, rotate: true}, index: ix,
-		asker: asker{sources: contract.Sources{Node: true}, locator: fakeLocator{}}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+	return &Global{Zones: []string{"global."}, Next: test.NextHandler(dns.RcodeNameError, nil), Answerer: answer.Answerer{Maker: answer.Maker{TTL: 5, Rotate: true},
+		Asker: answer.Asker{Sources: contract.Sources{Node: true}, Locator: fakeLocator{}}, Index: ix}}
 }
 
 // askUDP sends qname from address from over UDP with an EDNS0 buffer of size bytes, and returns

@@ -17,6 +17,15 @@ import (
 
 var big = index.Key{Namespace: "db", Name: "big"}
 
+// The least bytes an A and an SRV record take in a reply (RFC 1035 4.1.3), the owner name a
+// 2-byte pointer: type, class, TTL and length 10, then the address's 4, or priority, weight and
+// port's 6 and at least a 2-byte pointer for the target. A reply of n bytes holds at most
+// n/least of them.
+const (
+	leastA   = 2 + 10 + 4
+	leastSRV = 2 + 10 + 6
+)
+
 // bigGlobal is the plugin over db/big: 10,000 local endpoints and 10 in west, slices of 100.
 func bigGlobal(t testing.TB) *Global {
 	t.Helper()
@@ -36,7 +45,7 @@ func bigGlobal(t testing.TB) *Global {
 	}
 	src.Add(big, &index.Member{Namespace: "db", Name: "big-west", Origin: index.Origin{Cluster: "west", Ports: dbPort}}, indextest.Slice(dbPort, west...))
 	g := newGlobal(t, src, big)
-	g.explain = true
+	g.Explain = true
 	return g
 }
 
@@ -48,7 +57,7 @@ func bigGlobal(t testing.TB) *Global {
 // records (the client asks again over TCP).
 func TestAnswersBoundedByTheReply(t *testing.T) {
 	g := bigGlobal(t)
-	g.rotate = false // prefixes compare
+	g.Rotate = false // prefixes compare
 	ask := func(qname string, qtype, class uint16, tcp bool, bufsize uint16) (made, sent *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetQuestion(qname, qtype)
@@ -72,7 +81,7 @@ func TestAnswersBoundedByTheReply(t *testing.T) {
 		qtype, class uint16
 		bound        int // the most records an answer over UDP may make
 	}{
-		{"big.db.global.", dns.TypeA, dns.ClassINET, 1232/minAddrRR + 1},
+		{"big.db.global.", dns.TypeA, dns.ClassINET, 1232/leastA + 1},
 		{"big.db.global.", dns.TypeSRV, dns.ClassINET, 60},
 		{"_db._tcp.big.db.global.", dns.TypeSRV, dns.ClassINET, 60},
 		{"big.db.global.", dns.TypeTXT, dns.ClassCHAOS, 20},
@@ -126,8 +135,8 @@ func TestSRVBoundedByTheReplyInPorts(t *testing.T) {
 		tcp   bool
 		most  int
 	}{
-		{"many.db.global.", false, 4096/minSRVRR + 1}, // serveOver asks with a buffer of 4096
-		{"many.db.global.", true, dns.MaxMsgSize/minSRVRR + 1},
+		{"many.db.global.", false, 4096/leastSRV + 1}, // serveOver asks with a buffer of 4096
+		{"many.db.global.", true, dns.MaxMsgSize/leastSRV + 1},
 		{"_p19999._tcp.many.db.global.", false, 1},
 	} {
 		m := serveOver(t, g, q.qname, dns.TypeSRV, &test.ResponseWriter{TCP: q.tcp})

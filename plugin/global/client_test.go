@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
@@ -88,11 +89,11 @@ func zonedGlobal(t testing.TB, sources contract.Sources) *Global {
 	ix.Changed(zz)
 	ix.Start()
 	ix.Publish()
-	g := &Global{Zones: []string{"global.", "near.global.", "clusterset.local."}, recordMaker: recordMaker{ttl: 5}, index: ix, explain: true,
-		chooser: chooser{policies: policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), mcsZones: []string{"clusterset.local."}},
-		asker:   asker{sources: sources}, Next: test.NextHandler(dns.RcodeNameError, nil)}
+	g := &Global{Zones: []string{"global.", "near.global.", "clusterset.local."}, Next: test.NextHandler(dns.RcodeNameError, nil),
+		Answerer: answer.Answerer{Maker: answer.Maker{TTL: 5}, Explain: true, Index: ix, Asker: answer.Asker{Sources: sources},
+			Chooser: answer.Chooser{Policies: answer.PoliciesOf(map[string]index.Policy{"near.global.": {Nearest: 1}}), MCSZones: []string{"clusterset.local."}}}}
 	if sources != (contract.Sources{}) {
-		g.locator = fakeLocator{ecs: sources.ECS}
+		g.Locator = fakeLocator{ecs: sources.ECS}
 	}
 	return g
 }
@@ -127,8 +128,12 @@ func answered(m *dns.Msg) []string {
 
 // scope returns the reply's ECS scope, -1 without an ECS option.
 func scope(m *dns.Msg) int {
-	if e := subnetOf(m); e != nil {
-		return int(e.SourceScope)
+	if o := m.IsEdns0(); o != nil {
+		for _, opt := range o.Option {
+			if e, ok := opt.(*dns.EDNS0_SUBNET); ok {
+				return int(e.SourceScope)
+			}
+		}
 	}
 	return -1
 }
@@ -181,7 +186,7 @@ func TestClientRankedAnswers(t *testing.T) {
 	}
 	// client_ecs_from trusts more sources with the option.
 	trusting := zonedGlobal(t, contract.Sources{ECS: true, Node: true})
-	trusting.ecsFrom, trusting.locator = networks{netip.MustParsePrefix("10.7.0.0/16")}, fakeLocator{}
+	trusting.ECSFrom, trusting.Locator = answer.Networks{netip.MustParsePrefix("10.7.0.0/16")}, fakeLocator{}
 	if m := ask(t, trusting, "10.7.7.7", "10.1.0.1/32", name, dns.TypeA); !slices.Equal(answered(m), fromN1) || scope(m) != 32 {
 		t.Errorf("ECS from a network of client_ecs_from: %q scope %d", answered(m), scope(m))
 	}
@@ -270,7 +275,7 @@ func TestExplainAs(t *testing.T) {
 		{contract.Sources{}, "10.1.0.1/32", "policy=nearest from=zone"},
 	} {
 		g := zonedGlobal(t, tc.sources)
-		g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
+		g.ExplainFrom = answer.Networks{netip.MustParsePrefix("127.0.0.0/8")}
 		m := explainAs(t, g, "127.0.0.1", tc.ecs)
 		if m.Rcode != dns.RcodeSuccess || len(m.Answer) == 0 {
 			t.Fatalf("%+v, ECS %s: %s", tc.sources, tc.ecs, m)
@@ -281,7 +286,7 @@ func TestExplainAs(t *testing.T) {
 	}
 	// The option is no claim from a source explain_from does not trust, nor in class IN.
 	g := zonedGlobal(t, contract.Sources{Node: true, Pod: true})
-	g.explainFrom = networks{netip.MustParsePrefix("127.0.0.0/8")}
+	g.ExplainFrom = answer.Networks{netip.MustParsePrefix("127.0.0.0/8")}
 	if m := explainAs(t, g, "10.7.7.7", "10.1.0.1/32"); m.Rcode != dns.RcodeRefused {
 		t.Errorf("CH TXT with ECS from an untrusted source: %s", dns.RcodeToString[m.Rcode])
 	}
@@ -320,15 +325,15 @@ func TestExplainFrom(t *testing.T) {
 	m.SetQuestion("global.", dns.TypeTXT)
 	m.Question[0].Qclass = dns.ClassCHAOS
 	for _, tc := range []struct {
-		from networks
+		from answer.Networks
 		want map[string]int
 	}{
-		{defaults().explainFrom, map[string]int{"127.0.0.1": dns.RcodeSuccess, "::1": dns.RcodeSuccess, "10.1.0.1": dns.RcodeRefused, "fd00::1": dns.RcodeRefused}},
-		{networks{netip.MustParsePrefix("10.0.0.0/8")}, map[string]int{"127.0.0.1": dns.RcodeRefused, "10.1.0.1": dns.RcodeSuccess}},
-		{networks{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}, map[string]int{"10.1.0.1": dns.RcodeSuccess, "fd00::1": dns.RcodeSuccess}},
+		{defaults().ExplainFrom, map[string]int{"127.0.0.1": dns.RcodeSuccess, "::1": dns.RcodeSuccess, "10.1.0.1": dns.RcodeRefused, "fd00::1": dns.RcodeRefused}},
+		{answer.Networks{netip.MustParsePrefix("10.0.0.0/8")}, map[string]int{"127.0.0.1": dns.RcodeRefused, "10.1.0.1": dns.RcodeSuccess}},
+		{answer.Networks{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}, map[string]int{"10.1.0.1": dns.RcodeSuccess, "fd00::1": dns.RcodeSuccess}},
 	} {
 		g := zonedGlobal(t, contract.Sources{})
-		g.explainFrom = tc.from
+		g.ExplainFrom = tc.from
 		for from, want := range tc.want {
 			rec := dnstest.NewRecorder(&test.ResponseWriter{RemoteIP: from, TCP: true})
 			g.ServeDNS(context.Background(), rec, m)

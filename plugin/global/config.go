@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/stanza"
@@ -43,7 +44,7 @@ const (
 )
 
 // defaultExplainFrom is contract.DefaultExplainFrom, read as explain_from reads its arguments.
-var defaultExplainFrom = func() networks {
+var defaultExplainFrom = func() answer.Networks {
 	ns, err := contract.Networks("explain_from", contract.DefaultExplainFrom())
 	if err != nil {
 		panic(err) // constant arguments: every test of the package starts here
@@ -56,13 +57,11 @@ var defaultExplainFrom = func() networks {
 func defaults() *Global {
 	return &Global{
 		corefile:       index.Topology{Local: defaultCluster, Unnamed: true},
-		recordMaker:    recordMaker{ttl: defaultTTL, rotate: true},
+		Answerer:       answer.Answerer{Maker: answer.Maker{TTL: defaultTTL, Rotate: true}, Explain: true, ExplainFrom: defaultExplainFrom},
 		startupTimeout: defaultStartupTimeout,
 		exportSelector: watch.DefaultExportSelector,
 		writerConfig:   writer.Config{Suffix: writer.DefaultSuffix, MaxEndpoints: writer.DefaultMaxEndpoints, Workers: writerWorkers},
 		election:       writer.Election{RenewDeadline: writer.DefaultRenewDeadline, RetryPeriod: writer.DefaultRetryPeriod},
-		explain:        true,
-		explainFrom:    defaultExplainFrom,
 		apiQPS:         defaultQPS,
 		apiBurst:       defaultBurst,
 	}
@@ -93,11 +92,11 @@ func parseGlobal(c *caddy.Controller) (*Global, error) {
 func (g *Global) parseOption(d *caddyfile.Dispenser, zones []string, opt string, args []string) (err error) {
 	switch opt {
 	case "prefer_namespaces":
-		g.preferNamespaces, err = contract.Namespaces(opt, args)
+		g.PreferNamespaces, err = contract.Namespaces(opt, args)
 	case "cluster":
 		err = g.parseCluster(args)
 	case "ttl":
-		g.ttl, err = contract.Int[uint32](opt, args, 0, 3600)
+		g.TTL, err = contract.Int[uint32](opt, args, 0, 3600)
 	case "fallthrough":
 		g.Fall.SetZonesFromArgs(args)
 	case "startup_timeout":
@@ -105,15 +104,15 @@ func (g *Global) parseOption(d *caddyfile.Dispenser, zones []string, opt string,
 	case "export_selector":
 		g.exportSelector, err = parseSelector(args)
 	case "names":
-		g.mcsZones, err = parseNames(args, zones)
+		g.MCSZones, err = parseNames(args, zones)
 	case "policy":
-		err = parsePolicy(args, zones, &g.policies)
+		err = parsePolicy(args, zones, &g.Policies)
 	case "rotate":
-		g.rotate, err = contract.OnOff(opt, args)
+		g.Rotate, err = contract.OnOff(opt, args)
 	case "explain":
-		g.explain, err = contract.OnOff(opt, args)
+		g.Explain, err = contract.OnOff(opt, args)
 	case "explain_from":
-		g.explainFrom, err = contract.Networks(opt, args)
+		g.ExplainFrom, err = contract.Networks(opt, args)
 	default:
 		return g.parseAPIOption(d, opt, args)
 	}
@@ -243,7 +242,7 @@ func parseNames(args, zones []string) ([]string, error) {
 // parsePolicy parses `policy all|nearest [N] [ZONES...]` into policies: the policy of the zones
 // given (each one of the plugin's zones, each once), or without zones the instance's default, under
 // "" (once).
-func parsePolicy(args, zones []string, ps *policies) error {
+func parsePolicy(args, zones []string, ps *answer.Policies) error {
 	if len(args) == 0 {
 		return contract.ErrArgCount
 	}
@@ -264,10 +263,10 @@ func parsePolicy(args, zones []string, ps *policies) error {
 		if z != "" && !slices.Contains(zones, z) {
 			return fmt.Errorf("policy: %q is not one of the plugin's zones %v", z, zones)
 		}
-		if _, dup := ps.get(z); dup {
+		if _, dup := ps.Get(z); dup {
 			return fmt.Errorf("policy for %s given twice", cmp.Or(z, "the instance (no zones)"))
 		}
-		ps.set(z, p)
+		ps.Set(z, p)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 	"github.com/globaldns/global/plugin/global/watch"
@@ -117,23 +118,23 @@ func newDifferential(t *testing.T, seed uint64) *differential {
 	for zone, n := range w.Policies {
 		policies[zone] = index.Policy{Nearest: n}
 	}
-	d.g = &Global{Zones: w.Zones, recordMaker: recordMaker{ttl: w.TTL, rotate: w.Rotate}, index: d.ix,
-		chooser: chooser{policies: policiesOf(policies), preferNamespaces: w.PreferNamespaces},
-		Next:    test.NextHandler(dns.RcodeNameError, nil)}
+	d.g = &Global{Zones: w.Zones, Next: test.NextHandler(dns.RcodeNameError, nil), Answerer: answer.Answerer{
+		Maker: answer.Maker{TTL: w.TTL, Rotate: w.Rotate}, Index: d.ix,
+		Chooser: answer.Chooser{Policies: answer.PoliciesOf(policies), PreferNamespaces: w.PreferNamespaces}}}
 	for _, source := range w.ClientLocality {
 		switch source {
 		case "ecs":
-			d.g.sources.ECS = true
+			d.g.Sources.ECS = true
 		case "node":
-			d.g.sources.Node = true
+			d.g.Sources.Node = true
 		case "pod":
-			d.g.sources.Pod = true
+			d.g.Sources.Pod = true
 		}
 	}
 	if len(w.ClientLocality) > 0 {
-		d.g.ecsFrom = networks(w.ECSFrom)
-		d.clients = startAPIClients(t, w, d.g.sources.Pod)
-		d.g.locator = d.clients.clients
+		d.g.ECSFrom = answer.Networks(w.ECSFrom)
+		d.clients = startAPIClients(t, w, d.g.Sources.Pod)
+		d.g.Locator = d.clients.clients
 	}
 	d.sync()
 	d.ix.Start()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 	"github.com/globaldns/global/test/testkit"
@@ -57,7 +58,7 @@ func txts(t *testing.T, m *dns.Msg) []string {
 
 func TestExplain(t *testing.T) {
 	g := newGlobal(t, source())
-	g.explain = true
+	g.Explain = true
 	cases := []struct {
 		qname string
 		rcode int
@@ -118,7 +119,7 @@ func TestExplain(t *testing.T) {
 	if m := chaos(t, g, "foo.db.global.", dns.ClassHESIOD); m.Rcode != dns.RcodeRefused || len(m.Answer) != 0 {
 		t.Errorf("HS: %s %v", dns.RcodeToString[m.Rcode], m.Answer)
 	}
-	g.explain = false
+	g.Explain = false
 	if m := chaos(t, g, "foo.db.global.", dns.ClassCHAOS); m.Rcode != dns.RcodeRefused || len(m.Answer) != 0 {
 		t.Errorf("explain off: %s %v", dns.RcodeToString[m.Rcode], m.Answer)
 	}
@@ -130,7 +131,7 @@ func TestExplainAmbiguousAndUnsynced(t *testing.T) {
 	src.Add(app, &index.Member{Namespace: "app", Name: "foo", Origin: index.Origin{Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.9.9")))
 	g := newGlobal(t, src, app)
-	g.explain = true
+	g.Explain = true
 	m := chaos(t, g, "foo.global.", dns.ClassCHAOS)
 	want := []string{
 		"name=foo ambiguous=true namespaces=app,db: ask for foo.<namespace>, or list one in prefer_namespaces",
@@ -142,7 +143,7 @@ func TestExplainAmbiguousAndUnsynced(t *testing.T) {
 	}
 
 	ix := index.New(indextest.Topology(), source())
-	g = &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5}, index: ix, explain: true}
+	g = &Global{Zones: []string{"global."}, Answerer: answer.Answerer{Maker: answer.Maker{TTL: 5}, Explain: true, Index: ix}}
 	m = chaos(t, g, "foo.db.global.", dns.ClassCHAOS)
 	if got := txts(t, m); m.Rcode != dns.RcodeServerFailure || len(got) != 1 || !strings.HasPrefix(got[0], "synced=false") {
 		t.Errorf("unsynced: %s %q", dns.RcodeToString[m.Rcode], got)
@@ -160,7 +161,7 @@ func TestRotationWithinTiers(t *testing.T) {
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo-north", Origin: index.Origin{Cluster: "north", Ports: dbPort}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.96.1.1"), indextest.Endpoint("foo-1", "10.96.1.2")))
 	g := newGlobal(t, src)
-	g.rotate = true
+	g.Rotate = true
 	// A tier of one record between two larger ones: tiers end where they end, whatever their size.
 	tiers := [][]string{{"10.0.0.1", "10.0.0.2", "10.0.0.3"}, {"10.96.0.1"}, {"10.96.1.1", "10.96.1.2"}}
 	first := map[string]int{}
@@ -184,7 +185,7 @@ func TestRotationWithinTiers(t *testing.T) {
 			t.Errorf("%s first %d times of %d: %v", a, n, queries, first)
 		}
 	}
-	g.rotate = false
+	g.Rotate = false
 	for range 10 {
 		if got := query(t, g, "foo.db.global.", dns.TypeA).Answer[0].(*dns.A).A.String(); got != "10.0.0.1" {
 			t.Fatalf("rotate off: first %s", got)

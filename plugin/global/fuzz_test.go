@@ -114,7 +114,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil || g == nil {
 			return
 		}
-		if g.ttl > 3600 || g.writerConfig.MaxEndpoints < 1 || g.writerConfig.MaxEndpoints > 1000 || !g.leaseTimings().CheckTimings() ||
+		if g.TTL > 3600 || g.writerConfig.MaxEndpoints < 1 || g.writerConfig.MaxEndpoints > 1000 || !g.leaseTimings().CheckTimings() ||
 			g.startupTimeout < 0 || g.corefile.Local == "" || len(g.Zones) == 0 {
 			t.Fatalf("invalid configuration accepted from %q: %+v", corefile, g)
 		}

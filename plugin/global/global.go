@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -37,12 +38,8 @@ type Global struct {
 	contract.Options                 // the options the outside depends on (contract/options.go)
 	exportSelector   string          // export_selector
 	corefile         index.Topology  // cluster, and (build) locality, topology: the index completes it from the cluster
-	chooser                          // names, policy, prefer_namespaces: what names select
-	recordMaker                      // ttl, rotate: how answers are made of it
-	asker                            // who asks: client_locality, client_ecs_from (set by build), and the locator built
+	answer.Answerer                  // names, policy, prefer_namespaces, ttl, rotate, explain, explain_from; client_locality, client_ecs_from (build): how names answer
 	Fall             fall.F          // fallthrough
-	explain          bool            // explain: answer CH TXT with the explanation of a name
-	explainFrom      networks        // explain_from: who may ask for explanations; nil: anyone
 	startupTimeout   time.Duration   // startup_timeout
 	kubeconfig       string          // kubeconfig PATH [CONTEXT]
 	kubeContext      string          // kubeconfig's CONTEXT
@@ -52,9 +49,8 @@ type Global struct {
 	writerConfig     writer.Config   // endpointslice_size, service_suffix; build adds serviceimports and owner
 	election         writer.Election // lease_renew_deadline, lease_retry_period (lease has the rest)
 
-	// What build and OnStartup make of them (and recordMaker's nsAddrs).
+	// What build and OnStartup make of them (and the Answerer's Index, Locator and NSAddrs).
 	watcher  *watch.Watcher
-	index    *index.Index
 	topology *watch.Topology // what the cluster's objects say of the topology
 	clients  *watch.Clients  // with client_locality: where clients run
 	warned   map[string]bool // the topology's disagreements with the Corefile, as last logged
@@ -78,7 +74,7 @@ type Global struct {
 func (g *Global) Name() string { return telemetry.Plugin }
 
 // Ready implements ready.Readiness: the index holds what the API had at the initial sync.
-func (g *Global) Ready() bool { return g.index.Ready() }
+func (g *Global) Ready() bool { return g.Index.Ready() }
 
 // OnStartup starts the watcher, the index publisher and (unless `endpointslices off`) the writer's
 // informers and its campaign for the lease; it waits, up to startupTimeout, for the first sync, so
@@ -98,10 +94,10 @@ func (g *Global) OnStartup() error {
 		g.topology.Run(ctx, topologyWait, func(d index.Discovered) { g.discovered(d); first() })
 	}()
 	<-known
-	go func() { defer g.wg.Done(); g.index.Run(ctx) }()
+	go func() { defer g.wg.Done(); g.Index.Run(ctx) }()
 	go func() {
 		defer g.wg.Done()
-		if err := g.watcher.Run(ctx, g.index); err != nil {
+		if err := g.watcher.Run(ctx, g.Index); err != nil {
 			log.Errorf("watch: %v", err)
 		}
 	}()
@@ -118,7 +114,7 @@ func (g *Global) OnStartup() error {
 	}
 	g.startWriter(ctx)
 	if g.waitForSync(clientsSynced) {
-		log.Infof("synced in %v: %d global services", time.Since(start).Round(time.Millisecond), g.index.Snapshot().Len())
+		log.Infof("synced in %v: %d global services", time.Since(start).Round(time.Millisecond), g.Index.Snapshot().Len())
 	}
 	return nil
 }
@@ -171,7 +167,7 @@ func (g *Global) waitForSync(clientsSynced <-chan struct{}) bool {
 	defer deadline.Stop()
 	say := time.NewTicker(time.Second)
 	defer say.Stop()
-	indexSynced := g.index.Synced()
+	indexSynced := g.Index.Synced()
 	for indexSynced != nil || clientsSynced != nil {
 		select {
 		case <-indexSynced:
@@ -181,7 +177,7 @@ func (g *Global) waitForSync(clientsSynced <-chan struct{}) bool {
 		case <-say.C:
 			log.Info("waiting for the Kubernetes API before starting the server")
 		case <-deadline.C:
-			if !g.index.Ready() {
+			if !g.Index.Ready() {
 				log.Warningf("starting the server with an unsynced Kubernetes API: names in %v answer SERVFAIL until it syncs", g.Zones)
 			} else {
 				log.Warning("starting the server before the clients' Nodes and Pods are read: answers are the cluster's view until they are")
@@ -207,7 +203,7 @@ func (g *Global) discovered(d index.Discovered) {
 		seen[w] = true
 	}
 	g.warned = seen
-	g.index.SetTopology(topo)
+	g.Index.SetTopology(topo)
 }
 
 // OnShutdown stops everything OnStartup started and waits for it: on a Corefile reload the next

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 
@@ -53,7 +54,7 @@ func newGlobal(t testing.TB, src index.Source, keys ...index.Key) *Global {
 	}
 	ix.Start()
 	ix.Publish()
-	return &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5}, index: ix, Next: test.NextHandler(dns.RcodeNameError, nil)}
+	return &Global{Zones: []string{"global."}, Next: test.NextHandler(dns.RcodeNameError, nil), Answerer: answer.Answerer{Maker: answer.Maker{TTL: 5}, Index: ix}}
 }
 
 // serve sends one query through g over UDP and returns what g wrote, nil when it wrote nothing.
@@ -252,7 +253,7 @@ func TestAmbiguousShortName(t *testing.T) {
 		t.Errorf("ambiguous and a namespace: %s %v, want NODATA", dns.RcodeToString[m.Rcode], m.Answer)
 	}
 
-	g.preferNamespaces = []string{"other", "db"}
+	g.PreferNamespaces = []string{"other", "db"}
 	if m := query(t, g, "foo.global.", dns.TypeA); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 4 {
 		t.Errorf("with prefer_namespaces db: rcode %s, %d answers, want db's 4", dns.RcodeToString[m.Rcode], len(m.Answer))
 	}
@@ -293,7 +294,7 @@ func TestAmbiguousNotAnAmplifier(t *testing.T) {
 func TestNotSyncedIsServfail(t *testing.T) {
 	ix := index.New(indextest.Topology(), source())
 	ix.Changed(foo)
-	g := &Global{Zones: []string{"global."}, recordMaker: recordMaker{ttl: 5}, index: ix}
+	g := &Global{Zones: []string{"global."}, Answerer: answer.Answerer{Maker: answer.Maker{TTL: 5}, Index: ix}}
 	m := query(t, g, "foo.db.global.", dns.TypeA)
 	if m.Rcode != dns.RcodeServerFailure {
 		t.Errorf("before sync: rcode %s, want SERVFAIL", dns.RcodeToString[m.Rcode])
@@ -330,25 +331,5 @@ func TestFallthrough(t *testing.T) {
 		if m := serve(t, g, c.qname, c.qtype); next != c.next || (m == nil) == !next {
 			t.Errorf("%s %s: next plugin called %v, want %v (reply %v)", c.qname, dns.TypeToString[c.qtype], next, c.next, m)
 		}
-	}
-}
-
-// TestLowerName: lowerName is strings.ToLower for every byte at every place of names of up to
-// 17 bytes (two 8-byte words and a tail), and allocates nothing for a name in lower case.
-func TestLowerName(t *testing.T) {
-	for n := 1; n <= 17; n++ {
-		for at := range n {
-			for c := range 256 {
-				b := []byte(strings.Repeat("a-0.z", 4)[:n])
-				b[at] = byte(c)
-				if s := string(b); lowerName(s) != strings.ToLower(s) {
-					t.Fatalf("lowerName(%q) = %q, want %q", s, lowerName(s), strings.ToLower(s))
-				}
-			}
-		}
-	}
-	name := "foo-0.west.foo.db.global."
-	if n := testing.AllocsPerRun(100, func() { _ = lowerName(name) }); n != 0 {
-		t.Errorf("lowerName(%q): %v allocations", name, n)
 	}
 }

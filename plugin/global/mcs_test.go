@@ -11,7 +11,7 @@ import (
 // section 2.4, headless services), from the same index as .global.
 func TestMCSNames(t *testing.T) {
 	g := newGlobal(t, source())
-	g.Zones, g.mcsZones = []string{"global.", "clusterset.local."}, []string{"clusterset.local."}
+	g.Zones, g.MCSZones = []string{"global.", "clusterset.local."}, []string{"clusterset.local."}
 	const soa = "SOA clusterset.local. ns1.dns.clusterset.local."
 	const fooNS = "foo.db.svc.clusterset.local."
 	cases := []struct {

@@ -2,8 +2,10 @@ package global
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
 	"github.com/globaldns/global/plugin/global/telemetry"
@@ -36,7 +38,7 @@ func TestPolicies(t *testing.T) {
 	src := source()
 	g := newGlobal(t, src)
 	g.Zones = []string{"global.", "near.global.", "near2.global."}
-	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 3}})
+	g.Policies = answer.PoliciesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 3}})
 	ask := func(qname string, qtype uint16, rcode int, want ...string) {
 		t.Helper()
 		m := query(t, g, qname, qtype)
@@ -70,8 +72,8 @@ func TestPolicies(t *testing.T) {
 	// This cluster's pods go: the next tier answers at once, and each answer counts.
 	local := src.Members(foo)[0]
 	src.SetSlices(local, indextest.Slice(dbPort, indextest.NotReady(indextest.Endpoint("foo-0", "10.0.0.1"))))
-	g.index.Changed(foo)
-	g.index.Publish()
+	g.Index.Changed(foo)
+	g.Index.Publish()
 	ask("foo.db.near.global.", dns.TypeA, dns.RcodeSuccess, "10.96.0.1")
 	ask("_db._tcp.foo.db.near.global.", dns.TypeSRV, dns.RcodeSuccess, "foo-0.west.foo.db.near.global.")
 	ask("foo.db.near2.global.", dns.TypeA, dns.RcodeSuccess, "10.96.0.1", "10.96.1.1")
@@ -80,7 +82,7 @@ func TestPolicies(t *testing.T) {
 		t.Errorf("%v failovers counted, want 3", n)
 	}
 	// dig CH TXT says the policy, who set it, the tiers answered and why the others are not.
-	g.explain = true
+	g.Explain = true
 	want := []string{
 		"service=db/foo records=2 left-out=2 synced=true serial=_ age=_ policy=nearest from=zone",
 		"tier=0 clusters=east ready=0 answered=false why=no-ready-record",
@@ -94,26 +96,36 @@ func TestPolicies(t *testing.T) {
 	if got := txts(t, chaos(t, g, "foo.db.near.global.", dns.ClassCHAOS)); !slices.Equal(got, want) {
 		t.Errorf("explanation:\n got %q\nwant %q", got, want)
 	}
-	g.explain = false
+	g.Explain = false
 
 	// The owner's policy answers where no zone has one; a zone's wins over it.
 	pol := index.Policy{Nearest: 1}
 	src.Remove(foo, local)
 	src.Add(foo, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: dbPort}, Settings: &index.Settings{Policy: &pol}},
 		indextest.Slice(dbPort, indextest.Endpoint("foo-0", "10.0.0.1"), indextest.Endpoint("foo-1", "10.0.0.2")))
-	g.index.Changed(foo)
-	g.index.Publish()
+	g.Index.Changed(foo)
+	g.Index.Publish()
 	ask("foo.db.global.", dns.TypeA, dns.RcodeSuccess, "10.0.0.1", "10.0.0.2")
 	ask("foo.db.near2.global.", dns.TypeA, dns.RcodeSuccess, "10.0.0.1", "10.0.0.2", "10.96.0.1")
-	svc := g.index.Snapshot().Service(foo)
-	for zone, want := range map[string]policySetter{"global.": fromAnnotation, "near.global.": fromZone} {
-		if _, got := g.policyOf(zone, svc); got != want {
-			t.Errorf("policy of %s from %s, want %s", zone, got, want)
+	// Who set each, as the explanation says (from=).
+	from := func(qname string) string {
+		t.Helper()
+		for _, kv := range strings.Fields(txts(t, chaos(t, g, qname, dns.ClassCHAOS))[0]) {
+			if v, ok := strings.CutPrefix(kv, "from="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	g.Explain = true
+	for qname, want := range map[string]string{"foo.db.global.": "annotation", "foo.db.near.global.": "zone", "empty.db.global.": "default"} {
+		if got := from(qname); got != want {
+			t.Errorf("policy of %s from %q, want %s", qname, got, want)
 		}
 	}
-	g.policies.set("", index.Policy{Nearest: 2})
-	if p, from := g.policyOf("global.", g.index.Snapshot().Service(index.Key{Namespace: "db", Name: "empty"})); p.Nearest != 2 || from != fromDefault {
-		t.Errorf("without an annotation: %v from %s, want the default nearest 2", p, from)
+	g.Policies.Set("", index.Policy{Nearest: 2})
+	if got := txts(t, chaos(t, g, "empty.db.global.", dns.ClassCHAOS))[0]; !strings.Contains(got, " policy=nearest-2 from=default") {
+		t.Errorf("without an annotation: %s, want the default nearest 2", got)
 	}
 }
 
@@ -127,11 +139,11 @@ func TestParsePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]index.Policy{"near.global.": {Nearest: 1}, "near3.global.": {Nearest: 3}, "": {}}
-	if len(g.policies) != len(want) {
-		t.Fatalf("policies %v, want %v", g.policies, want)
+	if len(g.Policies) != len(want) {
+		t.Fatalf("policies %v, want %v", g.Policies, want)
 	}
 	for z, p := range want {
-		if got, _ := g.policies.get(z); got != p {
+		if got, _ := g.Policies.Get(z); got != p {
 			t.Errorf("policy of %q: %v, want %v", z, got, p)
 		}
 	}

@@ -24,12 +24,12 @@ func TestNoNXDOMAINAboveAName(t *testing.T) {
 			indextest.Slice(dbPort, indextest.Endpoint("dns-0", "10.0.9.1")))
 	}
 	g := newGlobal(t, src, index.Key{Namespace: "db", Name: "dns"}, index.Key{Namespace: "app", Name: "dns"})
-	g.Zones, g.mcsZones = []string{"global.", "clusterset.local."}, []string{"clusterset.local."}
-	g.nsAddrs = []netip.Addr{netip.MustParseAddr("192.0.2.53")}
+	g.Zones, g.MCSZones = []string{"global.", "clusterset.local."}, []string{"clusterset.local."}
+	g.NSAddrs = []netip.Addr{netip.MustParseAddr("192.0.2.53")}
 
 	// Every form of every name the snapshot could give, in either scheme: most do not answer.
 	var forms []string
-	snap := g.index.Snapshot()
+	snap := g.Index.Snapshot()
 	for _, k := range snap.Keys() {
 		svc := snap.Service(k)
 		forms = append(forms, k.Name+"."+k.Namespace, k.Name, k.Name+"."+k.Namespace+".svc")
@@ -42,7 +42,7 @@ func TestNoNXDOMAINAboveAName(t *testing.T) {
 			}
 		}
 	}
-	forms = append(forms, nameserverLabel, "dns-version")
+	forms = append(forms, "ns1.dns", "dns-version") // the nameserver's name, and MCS's version
 
 	owners := 0
 	for _, zone := range g.Zones {

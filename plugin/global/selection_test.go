@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/index/indextest"
@@ -76,9 +77,9 @@ func parseExplanation(lines []string, domain string, srvName bool) (records []ex
 // answers ranked from clients on two nodes and from an unknown one.
 func TestExplanationIsTheAnswer(t *testing.T) {
 	g := newGlobal(t, walkSource(), index.Key{Namespace: "db", Name: "mixed"})
-	g.explain = true
+	g.Explain = true
 	g.Zones = []string{"global.", "near.global.", "near2.global.", "near3.global."}
-	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 2}, "near3.global.": {Nearest: 3}})
+	g.Policies = answer.PoliciesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 2}, "near3.global.": {Nearest: 3}})
 	forms := []string{"foo.db", "foo", "east.foo.db", "west.foo.db", "foo-3.east.foo.db", "foo-0.west.foo.db",
 		"_db._tcp.foo.db", "_metrics._tcp.foo.db", "_tcp.foo.db", "_db._tcp.foo", "_metrics._tcp.east.foo.db",
 		"mixed.db", "west.mixed.db", "_db._tcp.mixed.db", "_metrics._tcp.mixed.db", "empty.db", "nope.db", "db",
@@ -87,7 +88,7 @@ func TestExplanationIsTheAnswer(t *testing.T) {
 
 	g = zonedGlobal(t, contract.Sources{Node: true})
 	g.Zones = []string{"global.", "near.global.", "near2.global."}
-	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 2}})
+	g.Policies = answer.PoliciesOf(map[string]index.Policy{"near.global.": {Nearest: 1}, "near2.global.": {Nearest: 2}})
 	forms = []string{"zz.db", "east.zz.db", "zz-1.east.zz.db", "_db._tcp.zz.db", "za.pin._zone.zz.db", "zb.pin._zone.zz.db",
 		"nowhere.pin._zone.zz.db", "nowhere.prefer._zone.zz.db", "za.prefer._zone._db._tcp.zz.db", "zc.pin._zone.zz.db"}
 	for _, from := range []string{"10.1.0.1", "10.1.0.3", "10.7.7.7"} {

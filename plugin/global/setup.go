@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/index"
 	"github.com/globaldns/global/plugin/global/telemetry"
 	"github.com/globaldns/global/plugin/global/watch"
@@ -42,7 +43,7 @@ func setup(c *caddy.Controller) error {
 	if err := g.build(); err != nil {
 		return plugin.Error(telemetry.Plugin, err)
 	}
-	c.OnStartup(func() error { g.nsAddrs = boundAddrs(dnsserver.GetConfig(c).ListenHosts); return nil })
+	c.OnStartup(func() error { g.NSAddrs = boundAddrs(dnsserver.GetConfig(c).ListenHosts); return nil })
 	c.OnStartup(g.OnStartup)
 	c.OnShutdown(g.OnShutdown)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
@@ -70,11 +71,12 @@ func (g *Global) build() error {
 		return err
 	}
 	g.corefile.Locality, g.corefile.Keys, g.corefile.ClientKeys = g.Localities, g.Topology, g.ClientTopology
-	g.index = index.New(&g.corefile, g.watcher)
-	g.asker = asker{sources: g.ClientLocality, ecsFrom: g.ECSNetworks}
+	g.Index = index.New(&g.corefile, g.watcher)
+	g.Replica = g.replica
+	g.Asker = answer.Asker{Sources: g.ClientLocality, ECSFrom: g.ECSNetworks}
 	if g.ClientLocality.Any() {
 		g.clients = watch.NewClients(client, nodeKeys(g.ClientTopology), g.ClientLocality.Pod, g.Forwarders, g.ECSServices)
-		g.locator = g.clients
+		g.Locator = g.clients
 	}
 	lease := g.lease()
 	g.writerConfig.Owner = writer.Owner(lease.Namespace, lease.Name)
@@ -137,7 +139,7 @@ func (g *Global) buildWriter(rc *rest.Config) error {
 	if g.electionClient, err = kubernetes.NewForConfig(erc); err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
-	g.writer = writer.New(wclient, mclient, g.index, g.Namespaces, g.writerConfig)
+	g.writer = writer.New(wclient, mclient, g.Index, g.Namespaces, g.writerConfig)
 	return nil
 }
 

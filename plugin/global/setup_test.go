@@ -22,7 +22,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(g.Zones, []string{"global."}) || g.ttl != 5 || g.startupTimeout != 5*time.Second ||
+	if !slices.Equal(g.Zones, []string{"global."}) || g.TTL != 5 || g.startupTimeout != 5*time.Second ||
 		g.corefile.Local != "local" || !slices.Equal(g.Topology, index.DefaultKeys) ||
 		g.exportSelector != watch.DefaultExportSelector || g.kubeconfig != "" || len(g.Namespaces) != 0 {
 		t.Errorf("defaults: %+v", g)
@@ -71,15 +71,15 @@ func TestParse(t *testing.T) {
 	}
 	g, err = parseGlobal(caddy.NewTestController("dns", "global {\n client_locality ecs\n client_ecs_from 10.0.0.0/8 kube-system/kube-dns fd00::1\n explain_from 127.0.0.1 ::1/128\n}"))
 	if err != nil || fmt.Sprint(g.ECSNetworks) != "[10.0.0.0/8 fd00::1/128]" || !slices.Equal(g.ECSServices, []string{"kube-system/kube-dns"}) ||
-		fmt.Sprint(g.explainFrom) != "[127.0.0.1/32 ::1/128]" {
-		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ECSNetworks, g.ECSServices, g.explainFrom, err)
+		fmt.Sprint(g.ExplainFrom) != "[127.0.0.1/32 ::1/128]" {
+		t.Errorf("client_ecs_from, explain_from: %v %v %v, %v", g.ECSNetworks, g.ECSServices, g.ExplainFrom, err)
 	}
-	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || !g.rotate || !g.explain || g.ServiceImports || g.Owner[0] != "" ||
-		g.ECSNetworks != nil || g.ECSServices != nil || fmt.Sprint(g.explainFrom) != "[127.0.0.0/8 ::1/128]" || g.LinksNamespace != "linkerd-multicluster" {
-		t.Errorf("defaults: rotate %v explain %v explain_from %v, %v", g.rotate, g.explain, g.explainFrom, err)
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global")); err != nil || !g.Rotate || !g.Explain || g.ServiceImports || g.Owner[0] != "" ||
+		g.ECSNetworks != nil || g.ECSServices != nil || fmt.Sprint(g.ExplainFrom) != "[127.0.0.0/8 ::1/128]" || g.LinksNamespace != "linkerd-multicluster" {
+		t.Errorf("defaults: rotate %v explain %v explain_from %v, %v", g.Rotate, g.Explain, g.ExplainFrom, err)
 	}
-	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.rotate || g.explain {
-		t.Errorf("rotate off, explain off: %v %v, %v", g.rotate, g.explain, err)
+	if g, err = parseGlobal(caddy.NewTestController("dns", "global {\n rotate off\n explain off\n}")); err != nil || g.Rotate || g.Explain {
+		t.Errorf("rotate off, explain off: %v %v, %v", g.Rotate, g.Explain, err)
 	}
 
 	g, err = parseGlobal(caddy.NewTestController("dns", `global global. mesh.example {
@@ -107,14 +107,14 @@ func TestParse(t *testing.T) {
 		t.Errorf("zones %v", g.Zones)
 	case g.kubeconfig != "/etc/kube.conf" || g.kubeContext != "east-ctx":
 		t.Errorf("kubeconfig %q %q", g.kubeconfig, g.kubeContext)
-	case !slices.Equal(g.Namespaces, []string{"db", "app"}) || !slices.Equal(g.preferNamespaces, []string{"db"}):
-		t.Errorf("namespaces %v prefer %v", g.Namespaces, g.preferNamespaces)
+	case !slices.Equal(g.Namespaces, []string{"db", "app"}) || !slices.Equal(g.PreferNamespaces, []string{"db"}):
+		t.Errorf("namespaces %v prefer %v", g.Namespaces, g.PreferNamespaces)
 	case g.corefile.Local != "east" || !slices.Equal(g.Topology, []string{"example.com/rack", index.ZoneKey, index.RegionKey}):
 		t.Errorf("topology %+v %v", g.corefile, g.Topology)
 	case len(g.Localities) != 2 || !equalMaps(g.Localities["east"], want["east"]) || !equalMaps(g.Localities["west"], want["west"]):
 		t.Errorf("locality %v", g.Localities)
-	case g.ttl != 30 || g.startupTimeout != 10*time.Second:
-		t.Errorf("ttl %d startup %v", g.ttl, g.startupTimeout)
+	case g.TTL != 30 || g.startupTimeout != 10*time.Second:
+		t.Errorf("ttl %d startup %v", g.TTL, g.startupTimeout)
 	case !g.Fall.Through("x.mesh.example.") || g.Fall.Through("x.global."):
 		t.Errorf("fallthrough %v", g.Fall)
 	case g.exportSelector != "mirror.linkerd.io/exported in (true, remote-discovery)":
@@ -155,11 +155,11 @@ func TestZones(t *testing.T) {
 			t.Errorf("%v %q: %v", tc.keys, tc.corefile, err)
 			continue
 		}
-		if !slices.Equal(g.Zones, tc.zones) || !slices.Equal(g.mcsZones, tc.mcs) {
-			t.Errorf("%v %q: zones %v mcs %v, want %v %v", tc.keys, tc.corefile, g.Zones, g.mcsZones, tc.zones, tc.mcs)
+		if !slices.Equal(g.Zones, tc.zones) || !slices.Equal(g.MCSZones, tc.mcs) {
+			t.Errorf("%v %q: zones %v mcs %v, want %v %v", tc.keys, tc.corefile, g.Zones, g.MCSZones, tc.zones, tc.mcs)
 		}
-		if _, ok := g.policies.get(tc.policyFor); tc.policyFor != "" && !ok {
-			t.Errorf("%v %q: no policy for %s: %v", tc.keys, tc.corefile, tc.policyFor, g.policies)
+		if _, ok := g.Policies.Get(tc.policyFor); tc.policyFor != "" && !ok {
+			t.Errorf("%v %q: no policy for %s: %v", tc.keys, tc.corefile, tc.policyFor, g.Policies)
 		}
 	}
 	for _, tc := range []struct {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/globaldns/global/plugin/global/answer"
 	"github.com/globaldns/global/plugin/global/contract"
 	"github.com/globaldns/global/plugin/global/index"
 
@@ -37,9 +38,9 @@ const (
 func TestServeDNSStack(t *testing.T) {
 	g := newGlobal(t, source())
 	g.Zones = []string{"global.", "near.global."}
-	g.policies = policiesOf(map[string]index.Policy{"near.global.": {Nearest: 1}})
+	g.Policies = answer.PoliciesOf(map[string]index.Policy{"near.global.": {Nearest: 1}})
 	z := zonedGlobal(t, contract.Sources{Node: true})
-	z.locator = benchLocator(t)
+	z.Locator = benchLocator(t)
 	// The measure itself first: a frame measures as its size, within what the runtime lets a frame
 	// overrun its guard by (128 bytes) and a call of descend.
 	if need := stackNeed(func() { kilobyteFrame() }); need < 1<<10-192 || need > 1<<10+192 {

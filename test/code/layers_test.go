@@ -13,16 +13,16 @@ import (
 // layered are packages whose files are layers, from the top down: a file uses names of its own
 // layer and of those below it only, so that a reader follows one way down.
 var layered = map[string][][]string{
-	// The plugin: its setup, the Corefile's options, ServeDNS, the plugin's fields and lifecycle,
-	// who asks; the selection of what a name answers, its rendering as records and as an
-	// explanation, the selection itself, and names. A query is followed one way down, as in
-	// CoreDNS's k8s_external.
+	// The plugin: its setup, the Corefile's options, ServeDNS, the plugin's fields and lifecycle.
 	"plugin/global": {
-		{"setup.go"}, {"config.go"}, {"handler.go"}, {"global.go"}, {"client.go"},
-		{"choose.go"},
-		{"explain.go"}, {"answer.go", "answerlists.go"},
-		{"selection.go"},
-		{"names.go"},
+		{"setup.go"}, {"config.go"}, {"handler.go"}, {"global.go"},
+	},
+	// The answer path, followed one way down as in CoreDNS's k8s_external: a name dispatched to
+	// its reply or its explanation; the IN reply, of address or SRV records and what they share;
+	// what the name selects (its service, view and policy) into a selection; who asks; the name.
+	"plugin/global/answer": {
+		{"respond.go"}, {"explain.go"}, {"reply.go"}, {"addresses.go", "srv.go"}, {"maker.go"},
+		{"view.go"}, {"selection.go"}, {"asker.go"}, {"names.go"},
 	},
 	// The random history: a step, the faults and the changes it plays, the checks of the
 	// replicas' answers and of the written objects, the oracle they compare with, and the world.

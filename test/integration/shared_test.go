@@ -29,7 +29,7 @@ const sharedCorefile = `global:{{.Port}} alias:{{.Port}} {
 `
 
 // TestSharedRecordsThroughOtherPlugins: the plugin answers a name with the address records its last
-// answer of that name made (plugin/global/answer.go); CoreDNS's plugins that change a reply copy it
+// answer of that name made (plugin/global/answer/addresses.go); CoreDNS's plugins that change a reply copy it
 // first. So, asked at once over UDP and TCP by its own name, by the alias rewrite maps to it, in
 // other case and by a name of one cluster, every reply of the real server holds the addresses it
 // should, each with the name as asked as its owner (as the plugin was asked it).

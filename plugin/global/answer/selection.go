@@ -1,15 +1,14 @@
-package global
+package answer
 
 import (
-	"math"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
 )
 
-// selection is what a query name selects from one snapshot, computed once (choose.go) and
-// rendered twice: as the IN answer (handler.go with answer.go) and as its explanation in class
-// CH (explain.go), which therefore never disagree.
+// selection is what a query name selects from one snapshot, computed once (view.go) and
+// rendered twice: as the IN reply (reply.go) and as its explanation in class CH (explain.go),
+// which therefore never disagree.
 type selection struct {
 	name   name
 	zone   string
@@ -23,7 +22,7 @@ type selection struct {
 
 	// querier is the client the answer is ranked from, when known: then every record's tier is
 	// the client's (Topology.ClientTier), not the cluster's.
-	querier
+	Querier
 
 	// view is the ready records of the scope the name names (one pod's, one cluster's, all), of
 	// its topology zone only when zoned (a zonal name's pin, or its prefer with records there),
@@ -139,108 +138,6 @@ func (s *selection) answersTier(t uint8) bool {
 	return false
 }
 
-// reshape makes the view of a zonal name or a client-ranked answer: the records of the name's
-// topology zone (a prefer name's, when it has some), ranked from the client, no more than limit
-// of each family (both, whatever the question: one remembered view answers A, AAAA and SRV), and
-// of an SRV name of a big service, only those with a port it asks for (portFilter), as the
-// cluster's view. The index reads only what the answer holds (Service.Nearest); one endpoint's
-// few records are ranked as they are.
-func (s *selection) reshape(limit int) {
-	n := &s.name
-	zone := ""
-	if n.zonal != zonalNone {
-		s.zoned = n.zonal == zonalPin || s.zoneHolds()
-		if s.zoned {
-			zone = n.topoZone
-		}
-	}
-	var v index.View // one, not one per call on the stack (see ServeDNS)
-	if n.host == "" && (s.client != nil || zone != "") && !filtersPorts(s, limit) {
-		v = s.svc.NearestKept(&s.kept, n.cluster, zone, 0, s.client, limit)
-	} else {
-		v = s.reshapeRare(zone, limit)
-	}
-	s.view = v
-}
-
-// reshapeRare is reshape's view of one pod's name; of an SRV name of a big service, whose view
-// keeps only records with its port; and of a prefer name falling back to every record of its
-// name. Never inlined, as zoneHolds.
-//
-//go:noinline
-func (s *selection) reshapeRare(zone string, limit int) index.View {
-	n := &s.name
-	switch {
-	case n.host != "" && s.client != nil:
-		return s.rankedHost(limit)
-	case n.host != "" && zone != "":
-		return s.svc.Select(n.cluster, n.host, s.inZone, limit)
-	case n.host != "" || !cut(s.svc, limit):
-		return s.svc.Select(n.cluster, n.host, nil, limit)
-	case filtersPorts(s, limit):
-		m := *n // the filter's copy, which the walk keeps: not the selection, on the caller's stack
-		return s.svc.Nearest(m.cluster, zone, 0, s.client, m.matches, limit)
-	}
-	return s.svc.NearestKept(&s.kept, n.cluster, zone, 0, s.client, limit)
-}
-
-// portFilter is what the view of an SRV name keeps when its service holds more records than an
-// answer holds (limit): those with a port the name asks for, else the few read could all be
-// records without one. Otherwise nothing is filtered: answers skip such records as they go.
-func portFilter(s *selection, limit int) func(*index.Record) bool {
-	if !filtersPorts(s, limit) {
-		return nil
-	}
-	return s.name.matches
-}
-
-// filtersPorts reports whether portFilter filters.
-func filtersPorts(s *selection, limit int) bool {
-	return s.name.form.ofPorts() && cut(s.svc, limit)
-}
-
-// cut reports whether a view of svc may be cut at limit records of a family: svc has more.
-func cut(svc *index.Service, limit int) bool { return svc.Len() > limit }
-
-// rankedHost is the view of one pod's name ranked from the client, in the name's topology zone
-// when zoned. Never inlined, as zoneHolds.
-//
-//go:noinline
-func (s *selection) rankedHost(limit int) index.View {
-	var keep func(*index.Record) bool
-	if s.zoned {
-		keep = s.inZone
-	}
-	all := s.svc.Select(s.name.cluster, s.name.host, keep, math.MaxInt)
-	topo := s.svc.Topology()
-	return index.View{A: topo.Ranked(all.A, s.client, limit), AAAA: topo.Ranked(all.AAAA, s.client, limit)}
-}
-
-// zoneHolds reports whether the name's topology zone holds a record the name answers. Apart, so
-// that the copy of the name its filter keeps is made for zonal names only, not for every answer
-// ranked from the client; never inlined, so that its frame is not reserved for every answer ranked
-// from the client either (see ServeDNS).
-//
-//go:noinline
-func (s *selection) zoneHolds() bool {
-	n := s.name
-	if n.host != "" {
-		return !s.svc.Select(n.cluster, n.host, s.inZoneAndMatches, 1).Empty()
-	}
-	return !s.svc.Nearest(n.cluster, n.topoZone, 0, nil, n.matches, 1).Empty()
-}
-
-// inZoneAndMatches reports whether record r is in the name's topology zone with a port it asks for.
-func (s *selection) inZoneAndMatches(r *index.Record) bool { return s.name.matches(r) && s.inZone(r) }
-
-// querier is who asks, when the answer is ranked from the client: where it runs, and how that
-// was learned (client_locality's source: ecs, node or pod). A nil client is the cluster's view:
-// learned is "" without client_locality, "none" when no source told.
-type querier struct {
-	client  *index.Client
-	learned string
-}
-
 // policySetter says who set the policy of an answer.
 type policySetter uint8
 
@@ -253,3 +150,87 @@ const (
 var policySetters = [...]string{fromDefault: "default", fromAnnotation: "annotation", fromZone: "zone"}
 
 func (s policySetter) String() string { return policySetters[s] }
+
+// nameIs says what name n is, whose global service is svc (nil: none) and view view (answers:
+// the name's scope has ready records, in view unless n is a zonal name), and whether it exists:
+// each form of name is dispatched here, once. As in RFC 8020, nothing exists below a
+// name that does not: a name exists when it answers, or when it is an empty non-terminal above one
+// that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints; so
+// does this plugin, and so for everything below it. A one-label name may be a namespace with a
+// global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
+// when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
+func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View, answers bool) (nameKind, bool) {
+	short := n.form == formService && n.short
+	switch {
+	case n.form == formNone:
+		return kindNone, false
+	case n.zonal != zonalNone && svc == nil: // a zonal name exists where its service's name does
+		return kindNoService, false
+	case n.form == formVersion:
+		return kindVersion, true
+	case n.form == formAboveNameserver, svc == nil && short && n.svc == nameserverParent:
+		return kindAboveNameserver, true
+	case n.form == formNamespace && n.ns == "":
+		return kindNamespace, snap.Answers()
+	case n.form == formNamespace:
+		return kindNamespace, snap.HasNamespace(n.ns)
+	case svc == nil && short && snap.HasNamespace(n.svc):
+		return kindNamespaceOfServices, true
+	case svc == nil:
+		return kindNoService, false
+	case !answers: // a short name's namespace keeps it, not its zonal names, which are the service's
+		return kindService, short && n.zonal == zonalNone && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
+	case n.form.ofPorts():
+		return kindService, anyMatches(view.A, n) || anyMatches(view.AAAA, n)
+	}
+	return kindService, true
+}
+
+// anyMatches reports whether n matches a record of rs.
+func anyMatches(rs []index.Record, n *name) bool {
+	for i := range rs {
+		if n.matches(&rs[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// policies are the policies of a plugin's zones and its own (zone ""): a few, looked up on every
+// query without hashing. The zones are the plugin's own strings, which compare at a glance.
+type Policies []zonePolicy
+
+type zonePolicy struct {
+	zone   string
+	policy index.Policy
+}
+
+// policiesOf returns the policies of m.
+func PoliciesOf(m map[string]index.Policy) Policies {
+	var out Policies
+	for z, p := range m {
+		out.Set(z, p)
+	}
+	return out
+}
+
+// get returns the policy of zone, and whether it has one.
+func (ps Policies) Get(zone string) (index.Policy, bool) {
+	for i := range ps {
+		if ps[i].zone == zone {
+			return ps[i].policy, true
+		}
+	}
+	return index.Policy{}, false
+}
+
+// set sets the policy of zone.
+func (ps *Policies) Set(zone string, p index.Policy) {
+	for i := range *ps {
+		if (*ps)[i].zone == zone {
+			(*ps)[i].policy = p
+			return
+		}
+	}
+	*ps = append(*ps, zonePolicy{zone, p})
+}

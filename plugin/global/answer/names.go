@@ -1,4 +1,4 @@
-package global
+package answer
 
 import (
 	"slices"
@@ -41,8 +41,8 @@ const (
 const mcsVersion = "1.0.0"
 
 // schemeOf returns the naming scheme of zone: MCS names in mcsZones, else .global's.
-func schemeOf(mcsZones []string, zone string) scheme {
-	if slices.Contains(mcsZones, zone) {
+func schemeOf(MCSZones []string, zone string) scheme {
+	if slices.Contains(MCSZones, zone) {
 		return schemeMCS
 	}
 	return schemeGlobal
@@ -226,7 +226,7 @@ func nameserver(zone string) string { return nameserverLabel + "." + zone }
 
 // questionName is the question's name as it came (unpacked names are in presentation form
 // already): what request.Request's QName computes, without formatting it again for every use.
-func questionName(r *dns.Msg) string {
+func QuestionName(r *dns.Msg) string {
 	if len(r.Question) == 0 {
 		return "."
 	}
@@ -237,7 +237,7 @@ func questionName(r *dns.Msg) string {
 // that is checked 8 bytes at a time, the last 8 read again for a tail, and name returned as it
 // is: about 60 instructions for a name of 14 bytes, where strings.ToLower's check of one byte at
 // a time, which every query paid, took 200.
-func lowerName(name string) string {
+func LowerName(name string) string {
 	n := len(name)
 	if n < 8 {
 		for i := range n {

@@ -1,4 +1,4 @@
-package global
+package answer
 
 import (
 	"net"
@@ -9,6 +9,14 @@ import (
 
 	"github.com/miekg/dns"
 )
+
+// querier is who asks, when the answer is ranked from the client: where it runs, and how that
+// was learned (client_locality's source: ecs, node or pod). A nil client is the cluster's view:
+// learned is "" without client_locality, "none" when no source told.
+type Querier struct {
+	client  *index.Client
+	learned string
+}
 
 // Answers ranked from the client (`client_locality`): who asks is learned from the query, and
 // where it runs from this cluster's Nodes and Pods (watch.Clients).
@@ -23,7 +31,7 @@ const (
 
 // locator finds where clients run: the node of a Node's address, of a Pod's IP (or of an address
 // in a Node's pod CIDRs), and the addresses of forwarders, whose queries are every client's.
-type locator interface {
+type Locator interface {
 	// Node returns the client at a Node's address, nil for none.
 	Node(a netip.Addr) *index.Client
 	// Pod returns the client at pod prefix p (a Pod's IP when p is a single address, else a
@@ -38,10 +46,10 @@ type locator interface {
 
 // asker learns who asks a query (client_locality): the options that say how, and the table of
 // where clients run that it asks.
-type asker struct {
-	sources contract.Sources // client_locality: how clients are learned
-	ecsFrom networks         // client_ecs_from's networks: sources whose ECS option is taken
-	locator locator          // clients (watch.Clients), built; nil without client_locality
+type Asker struct {
+	Sources contract.Sources // client_locality: how clients are learned
+	ECSFrom Networks         // client_ecs_from's networks: sources whose ECS option is taken
+	Locator Locator          // clients (watch.Clients), built; nil without client_locality
 }
 
 // whoAsks learns who asks query r, received on w: from its ECS option when a source of
@@ -49,8 +57,8 @@ type asker struct {
 // returns the ECS option of the reply, when client_locality has ecs and such a source sent one:
 // with the scope the answer depends on (RFC 7871 7.2.1), so that caches honouring ECS keep it
 // apart. Without client_locality it does nothing.
-func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.EDNS0_SUBNET) {
-	if a.locator == nil {
+func (a *Asker) WhoAsks(w dns.ResponseWriter, r *dns.Msg) (q Querier, ecs *dns.EDNS0_SUBNET) {
+	if a.Locator == nil {
 		return q, nil
 	}
 	q.learned = sourceNone
@@ -62,7 +70,7 @@ func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.E
 	// (client_ecs_from: resolvers that set it to their client's address and share no cache), else
 	// anyone could be answered as any node, and learn where every address runs; nor from the
 	// forwarders, whose shared cache would serve one client's answer to all.
-	if a.sources.ECS && (a.ecsFrom.has(src) || a.locator.ECSSource(src)) {
+	if a.Sources.ECS && (a.ECSFrom.has(src) || a.Locator.ECSSource(src)) {
 		if ecs = subnetOf(r); ecs != nil {
 			// Until known, the answer holds for the address the client gave, no wider.
 			echo := *ecs
@@ -70,7 +78,7 @@ func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.E
 			if p, ok := prefixOf(ecs); ok {
 				if c, scope := a.locate(p); c != nil {
 					echo.SourceScope = uint8(scope)
-					return querier{client: c, learned: sourceECS}, &echo
+					return Querier{client: c, learned: sourceECS}, &echo
 				}
 			}
 			ecs = &echo
@@ -82,19 +90,19 @@ func (a *asker) whoAsks(w dns.ResponseWriter, r *dns.Msg) (q querier, ecs *dns.E
 
 // bySource is who asks from address src: no one known for a forwarder's (its shared cache would
 // serve one client's answer to all), else a Node's or a Pod's; known says src is one of these.
-func (a *asker) bySource(src netip.Addr) (q querier, known bool) {
+func (a *Asker) bySource(src netip.Addr) (q Querier, known bool) {
 	q.learned = sourceNone
-	if a.locator.Forwarder(src) {
+	if a.Locator.Forwarder(src) {
 		return q, true
 	}
-	if a.sources.Node {
-		if c := a.locator.Node(src); c != nil {
-			return querier{client: c, learned: sourceNode}, true
+	if a.Sources.Node {
+		if c := a.Locator.Node(src); c != nil {
+			return Querier{client: c, learned: sourceNode}, true
 		}
 	}
-	if a.sources.Pod {
-		if c, _ := a.locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
-			return querier{client: c, learned: sourcePod}, true
+	if a.Sources.Pod {
+		if c, _ := a.Locator.Pod(netip.PrefixFrom(src, src.BitLen())); c != nil {
+			return Querier{client: c, learned: sourcePod}, true
 		}
 	}
 	return q, false
@@ -106,9 +114,9 @@ func (a *asker) bySource(src netip.Addr) (q querier, known bool) {
 // (client_ecs_from) sends for it would be. Without such an option, q and ecs as they are.
 //
 //go:noinline
-func (a *asker) explainedAs(r *dns.Msg, q querier, ecs *dns.EDNS0_SUBNET) (querier, *dns.EDNS0_SUBNET) {
+func (a *Asker) ExplainedAs(r *dns.Msg, q Querier, ecs *dns.EDNS0_SUBNET) (Querier, *dns.EDNS0_SUBNET) {
 	opt := subnetOf(r)
-	if a.locator == nil || opt == nil {
+	if a.Locator == nil || opt == nil {
 		return q, ecs
 	}
 	p, ok := prefixOf(opt)
@@ -120,19 +128,19 @@ func (a *asker) explainedAs(r *dns.Msg, q querier, ecs *dns.EDNS0_SUBNET) (queri
 			return q, nil
 		}
 	}
-	if a.sources.ECS {
+	if a.Sources.ECS {
 		if c, _ := a.locate(p); c != nil {
-			return querier{client: c, learned: sourceECS}, nil
+			return Querier{client: c, learned: sourceECS}, nil
 		}
 	}
-	return querier{learned: sourceNone}, nil
+	return Querier{learned: sourceNone}, nil
 }
 
 // networks are address prefixes an option trusts (client_ecs_from, explain_from).
-type networks []netip.Prefix
+type Networks []netip.Prefix
 
 // has reports whether a is in one of ns.
-func (ns networks) has(a netip.Addr) bool {
+func (ns Networks) has(a netip.Addr) bool {
 	for _, p := range ns {
 		if p.Contains(a) {
 			return true
@@ -143,13 +151,13 @@ func (ns networks) has(a netip.Addr) bool {
 
 // locate finds the client of an ECS prefix: a Node's address, else a Pod's, with the prefix
 // length its answer holds for.
-func (a *asker) locate(p netip.Prefix) (*index.Client, int) {
+func (a *Asker) locate(p netip.Prefix) (*index.Client, int) {
 	if p.IsSingleIP() {
-		if c := a.locator.Node(p.Addr()); c != nil {
+		if c := a.Locator.Node(p.Addr()); c != nil {
 			return c, p.Bits()
 		}
 	}
-	return a.locator.Pod(p)
+	return a.Locator.Pod(p)
 }
 
 // subnetOf returns the query's ECS option, nil for none.
@@ -196,7 +204,7 @@ func remoteAddr(w dns.ResponseWriter) (netip.Addr, bool) {
 }
 
 // setSubnet puts the ECS option of the reply into m's OPT record, made like the request's.
-func setSubnet(req, m *dns.Msg, ecs *dns.EDNS0_SUBNET) {
+func SetSubnet(req, m *dns.Msg, ecs *dns.EDNS0_SUBNET) {
 	if m.IsEdns0() == nil {
 		o := req.IsEdns0()
 		m.SetEdns0(o.UDPSize(), o.Do())

@@ -1,4 +1,4 @@
-package global
+package answer
 
 import (
 	"cmp"
@@ -21,28 +21,28 @@ import (
 // selection the IN answer is made of; nothing here is on the IN path.
 
 // replica is what the apex's explanation says of the replica answering.
-type replica struct {
-	synced          bool
-	leader          string // the writer's last known leader, "none"
-	leading, writer bool
-	version         string
-	topology        *index.Topology
+type Replica struct {
+	Synced          bool
+	Leader          string // the writer's last known leader, "none"
+	Leading, Writer bool
+	Version         string
+	Topology        *index.Topology
 }
 
 // explainReplica is the apex's explanation: this replica's state, then per member cluster its
 // tier, global services and record counts, as the index counted them when it published: no
 // record is read.
-func explainReplica(rep replica, snap *index.Snapshot) []string {
-	topo := rep.topology
+func explainReplica(rep Replica, snap *index.Snapshot) []string {
+	topo := rep.Topology
 	clusters := snap.Clusters()
 	records := 0
 	for _, c := range clusters {
 		records += c.Ready + c.NotReady + c.Terminating + c.GatewayDown
 	}
-	lines := []string{contract.Line{}.Add(contract.KeySynced, rep.synced).Add(contract.KeyServices, snap.Len()).
+	lines := []string{contract.Line{}.Add(contract.KeySynced, rep.Synced).Add(contract.KeyServices, snap.Len()).
 		Add(contract.KeyRecords, records).Add(contract.KeySerial, snap.Serial).Add(contract.KeyAge, age(snap.Published)).
-		Add(contract.KeyCluster, topo.Local).Add(contract.KeyNamedBy, topo.NamedBy()).Add(contract.KeyLeader, rep.leader).
-		Add(contract.KeyLeading, rep.leading).Add(contract.KeyWriter, rep.writer).Add(contract.KeyVersion, rep.version).String()}
+		Add(contract.KeyCluster, topo.Local).Add(contract.KeyNamedBy, topo.NamedBy()).Add(contract.KeyLeader, rep.Leader).
+		Add(contract.KeyLeading, rep.Leading).Add(contract.KeyWriter, rep.Writer).Add(contract.KeyVersion, rep.Version).String()}
 	names := slices.SortedFunc(maps.Keys(clusters), func(a, b string) int {
 		return cmp.Or(cmp.Compare(topo.Tier(a), topo.Tier(b)), cmp.Compare(a, b))
 	})
