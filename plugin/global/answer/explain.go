@@ -69,28 +69,13 @@ func explainUnsynced() []string {
 // explainSelection is the explanation of a name below the apex, from its selection, no longer
 // than a reply of size bytes can hold.
 func explainSelection(s *selection, size int) []string {
-	n := s.name
 	switch {
 	case s.ambiguous():
 		return explainAmbiguous(s)
 	case s.kind == kindService:
 		return explainService(s, size)
-	case s.kind == kindNone && s.scheme == schemeMCS:
-		return existsLine(false, "not a name of this zone (names mcs): [<hostname>.<clusterid>.]<svc>.<ns>.svc, [_<port>.]_<proto>.<svc>.<ns>.svc, dns-version; <clusterid>.<svc>.<ns>.svc must not exist")
-	case s.kind == kindNone:
-		return existsLine(false, "not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms")
-	case s.kind == kindVersion:
-		return existsLine(true, "the version of the Multi-Cluster Services DNS specification this zone answers, "+mcsVersion)
-	case s.kind == kindAboveNameserver:
-		return existsLine(true, "an empty non-terminal above the zone's nameserver, "+nameserver(s.zone))
-	case s.kind == kindNamespace && !s.exists:
-		return existsLine(false, fmt.Sprintf("no global service answers in namespace %q", n.ns))
-	case s.kind == kindNamespace:
-		return existsLine(true, fmt.Sprintf("an empty non-terminal: global services answer in namespace %q", n.ns))
-	case s.kind == kindNamespaceOfServices:
-		return existsLine(true, "an empty non-terminal: namespace "+n.svc+" has global services that answer")
 	}
-	return existsLine(false, "no global service "+serviceName(n))
+	return existsLine(s.exists, s.what())
 }
 
 // existsLine is the explanation of a name that is no global service's: whether it exists, and what
@@ -285,14 +270,6 @@ func explainTiers(s *selection) []string {
 		lines = append(lines, line.String())
 	}
 	return lines
-}
-
-// serviceName is the <ns>/<svc> a name asks for, or the bare name of a short one.
-func serviceName(n name) string {
-	if n.short {
-		return n.svc + " in any namespace"
-	}
-	return n.ns + "/" + n.svc
 }
 
 // age is the whole seconds since t.

@@ -198,6 +198,14 @@ func (n *name) matches(r *index.Record) bool {
 	return slices.ContainsFunc(r.Ports, n.ports.Matches)
 }
 
+// service is the <ns>/<svc> n asks for, or the bare name of a short one.
+func (n *name) service() string {
+	if n.short {
+		return n.svc + " in any namespace"
+	}
+	return n.ns + "/" + n.svc
+}
+
 // protocol is the protocol of an _<proto> label as Kubernetes spells it (TCP, UDP, SCTP, the values
 // it admits), so that ports compare to it without folding case; any other label as it is, the
 // protocol of no port.

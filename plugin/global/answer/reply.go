@@ -20,7 +20,7 @@ func (mk *Maker) answer(state *request.Request, m *dns.Msg, s *selection) {
 		return
 	case !s.exists:
 		m.Rcode = dns.RcodeNameError
-	case n.form == formVersion:
+	case s.kind == kindVersion:
 		if qtype == dns.TypeTXT {
 			m.Answer = []dns.RR{&dns.TXT{Hdr: mk.hdr(owner, dns.TypeTXT), Txt: []string{mcsVersion}}}
 		}

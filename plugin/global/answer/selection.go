@@ -1,6 +1,7 @@
 package answer
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
@@ -62,6 +63,74 @@ const (
 	kindNoService                           // no global service of that name
 	kindNamespaceOfServices                 // a short name that is a namespace whose services answer
 )
+
+// nameIs says what name n is, whose global service is svc (nil: none) and view view (answers:
+// the name's scope has ready records, in view unless n is a zonal name), and whether it exists:
+// each form of name is dispatched here, once. As in RFC 8020, nothing exists below a
+// name that does not: a name exists when it answers, or when it is an empty non-terminal above one
+// that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints; so
+// does this plugin, and so for everything below it. A one-label name may be a namespace with a
+// global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
+// when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
+func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View, answers bool) (nameKind, bool) {
+	short := n.form == formService && n.short
+	switch {
+	case n.form == formNone:
+		return kindNone, false
+	case n.zonal != zonalNone && svc == nil: // a zonal name exists where its service's name does
+		return kindNoService, false
+	case n.form == formVersion:
+		return kindVersion, true
+	case n.form == formAboveNameserver, svc == nil && short && n.svc == nameserverParent:
+		return kindAboveNameserver, true
+	case n.form == formNamespace && n.ns == "":
+		return kindNamespace, snap.Answers()
+	case n.form == formNamespace:
+		return kindNamespace, snap.HasNamespace(n.ns)
+	case svc == nil && short && snap.HasNamespace(n.svc):
+		return kindNamespaceOfServices, true
+	case svc == nil:
+		return kindNoService, false
+	case !answers: // a short name's namespace keeps it, not its zonal names, which are the service's
+		return kindService, short && n.zonal == zonalNone && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
+	case n.form.ofPorts():
+		return kindService, anyMatches(view.A, n) || anyMatches(view.AAAA, n)
+	}
+	return kindService, true
+}
+
+// anyMatches reports whether n matches a record of rs.
+func anyMatches(rs []index.Record, n *name) bool {
+	for i := range rs {
+		if n.matches(&rs[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// what says what a name that is no global service's is, or why it does not exist: its
+// explanation, beside whether it exists.
+func (s *selection) what() string {
+	n := &s.name
+	switch {
+	case s.kind == kindNone && s.scheme == schemeMCS:
+		return "not a name of this zone (names mcs): [<hostname>.<clusterid>.]<svc>.<ns>.svc, [_<port>.]_<proto>.<svc>.<ns>.svc, dns-version; <clusterid>.<svc>.<ns>.svc must not exist"
+	case s.kind == kindNone:
+		return "not a name of this zone: [[<host>.]<cluster>.]<svc>.<ns>, [_<port>.]_<proto>.<svc>.<ns> or their short forms"
+	case s.kind == kindVersion:
+		return "the version of the Multi-Cluster Services DNS specification this zone answers, " + mcsVersion
+	case s.kind == kindAboveNameserver:
+		return "an empty non-terminal above the zone's nameserver, " + nameserver(s.zone)
+	case s.kind == kindNamespace && !s.exists:
+		return fmt.Sprintf("no global service answers in namespace %q", n.ns)
+	case s.kind == kindNamespace:
+		return fmt.Sprintf("an empty non-terminal: global services answer in namespace %q", n.ns)
+	case s.kind == kindNamespaceOfServices:
+		return "an empty non-terminal: namespace " + n.svc + " has global services that answer"
+	}
+	return "no global service " + n.service()
+}
 
 // ambiguous reports whether the name is a short name that several namespaces have.
 func (s *selection) ambiguous() bool { return len(s.candidates) > 0 }
@@ -150,51 +219,6 @@ const (
 var policySetters = [...]string{fromDefault: "default", fromAnnotation: "annotation", fromZone: "zone"}
 
 func (s policySetter) String() string { return policySetters[s] }
-
-// nameIs says what name n is, whose global service is svc (nil: none) and view view (answers:
-// the name's scope has ready records, in view unless n is a zonal name), and whether it exists:
-// each form of name is dispatched here, once. As in RFC 8020, nothing exists below a
-// name that does not: a name exists when it answers, or when it is an empty non-terminal above one
-// that does. Kubernetes DNS answers NXDOMAIN for a headless service without ready endpoints; so
-// does this plugin, and so for everything below it. A one-label name may be a namespace with a
-// global service that answers, or dns.<zone> above the nameserver's name; _<proto>.<svc> exists
-// when some port of a ready endpoint has that protocol, _<port>._<proto>.<svc> when one is that.
-func nameIs(snap *index.Snapshot, n *name, svc *index.Service, view index.View, answers bool) (nameKind, bool) {
-	short := n.form == formService && n.short
-	switch {
-	case n.form == formNone:
-		return kindNone, false
-	case n.zonal != zonalNone && svc == nil: // a zonal name exists where its service's name does
-		return kindNoService, false
-	case n.form == formVersion:
-		return kindVersion, true
-	case n.form == formAboveNameserver, svc == nil && short && n.svc == nameserverParent:
-		return kindAboveNameserver, true
-	case n.form == formNamespace && n.ns == "":
-		return kindNamespace, snap.Answers()
-	case n.form == formNamespace:
-		return kindNamespace, snap.HasNamespace(n.ns)
-	case svc == nil && short && snap.HasNamespace(n.svc):
-		return kindNamespaceOfServices, true
-	case svc == nil:
-		return kindNoService, false
-	case !answers: // a short name's namespace keeps it, not its zonal names, which are the service's
-		return kindService, short && n.zonal == zonalNone && (n.svc == nameserverParent || snap.HasNamespace(n.svc))
-	case n.form.ofPorts():
-		return kindService, anyMatches(view.A, n) || anyMatches(view.AAAA, n)
-	}
-	return kindService, true
-}
-
-// anyMatches reports whether n matches a record of rs.
-func anyMatches(rs []index.Record, n *name) bool {
-	for i := range rs {
-		if n.matches(&rs[i]) {
-			return true
-		}
-	}
-	return false
-}
 
 // policies are the policies of a plugin's zones and its own (zone ""): a few, looked up on every
 // query without hashing. The zones are the plugin's own strings, which compare at a glance.
