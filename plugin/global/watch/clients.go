@@ -3,12 +3,17 @@ package watch
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/telemetry"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Clients knows where this cluster's DNS clients run, for answers ranked from the client: each
@@ -86,3 +91,26 @@ func (c *Clients) Forwarder(a netip.Addr) bool { return c.fwd.has(a) }
 
 // ECSSource implements the handler's locator.
 func (c *Clients) ECSSource(a netip.Addr) bool { return c.ecs.has(a) }
+
+// watchNodes keeps the node table current: a Node's name, addresses, pod CIDRs and the labels of
+// the topology keys, nothing else of it. A conflict is logged once, when it appears.
+func (c *Clients) watchNodes(ctx context.Context, client kubernetes.Interface, synced func()) {
+	inf := informers.NewSharedInformerFactoryWithOptions(client, 0).Core().V1().Nodes().Informer()
+	_ = inf.SetTransform(func(obj any) (any, error) { return slimNode(c.keys, obj) })
+	inform(ctx, synced, inf, "Nodes", nodeChanged, nil, func(store cache.Store) {
+		var nodes []*corev1.Node
+		for _, o := range store.List() {
+			nodes = append(nodes, o.(*corev1.Node))
+		}
+		t := newNodeTable(nodes)
+		for _, conflict := range t.conflicts {
+			if !slices.Contains(c.nodes.Load().conflicts, conflict) {
+				telemetry.Log.Warningf("client_locality: %s: no client is located there", conflict)
+			}
+		}
+		c.nodes.Store(t)
+		if c.pods != nil {
+			c.pods.setNodes(t)
+		}
+	})
+}

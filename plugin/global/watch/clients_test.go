@@ -5,10 +5,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/globaldns/global/test/testkit"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/globaldns/global/test/testkit"
 )
 
 func testNode(name string, addrs []string, cidrs ...string) *corev1.Node {

@@ -2,7 +2,6 @@ package watch
 
 import (
 	"cmp"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -11,13 +10,9 @@ import (
 	"strings"
 
 	"github.com/globaldns/global/plugin/global/index"
-	"github.com/globaldns/global/plugin/global/telemetry"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 )
 
 // nodeTable is where clients run, by Node: immutable, made again at every change that matters (a
@@ -164,37 +159,15 @@ func appendNew(l []string, s string) []string {
 	return append(l, s)
 }
 
-// watchNodes keeps the node table current: a Node's name, addresses, pod CIDRs and the labels of
-// the topology keys, nothing else of it. A conflict is logged once, when it appears.
-func (c *Clients) watchNodes(ctx context.Context, client kubernetes.Interface, synced func()) {
-	inf := informers.NewSharedInformerFactoryWithOptions(client, 0).Core().V1().Nodes().Informer()
-	_ = inf.SetTransform(c.slimNode)
-	inform(ctx, synced, inf, "Nodes", nodeChanged, nil, func(store cache.Store) {
-		var nodes []*corev1.Node
-		for _, o := range store.List() {
-			nodes = append(nodes, o.(*corev1.Node))
-		}
-		t := newNodeTable(nodes)
-		for _, conflict := range t.conflicts {
-			if !slices.Contains(c.nodes.Load().conflicts, conflict) {
-				telemetry.Log.Warningf("client_locality: %s: no client is located there", conflict)
-			}
-		}
-		c.nodes.Store(t)
-		if c.pods != nil {
-			c.pods.setNodes(t)
-		}
-	})
-}
-
-// slimNode keeps of a Node what a client's place is made of.
-func (c *Clients) slimNode(obj any) (any, error) {
+// slimNode keeps of a Node what a client's place is made of: its labels of keys (the topology
+// keys), addresses and pod CIDRs.
+func slimNode(keys []string, obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil // a deletion's last state
 	}
 	labels := map[string]string{}
-	for _, k := range c.keys {
+	for _, k := range keys {
 		if v, ok := n.Labels[k]; ok {
 			labels[k] = v
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/globaldns/global/plugin/global/telemetry"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

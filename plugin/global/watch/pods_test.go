@@ -6,11 +6,11 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/globaldns/global/test/testkit"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/globaldns/global/test/testkit"
 )
 
 func testPod(ns, name, node string, ips ...string) *corev1.Pod {

@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -20,6 +21,9 @@ const (
 	blocksGlobal = "global"
 	blocksMCS    = "mcs"
 )
+
+// errConflict: an object we do not manage holds one of our names; it is left alone.
+var errConflict = errors.New("name taken by an object not managed by " + ManagedBy)
 
 type conflictKey struct {
 	index.Key

@@ -28,20 +28,6 @@ import (
 	mcsclient "sigs.k8s.io/mcs-api/pkg/client/clientset/versioned"
 )
 
-// Config is what the Corefile says about writing.
-type Config struct {
-	Suffix       string // the written Service is <svc><Suffix>
-	MaxEndpoints int    // per EndpointSlice
-	Workers      int
-	Owner        string        // this writer's LabelWriter value: Owner(lease)
-	Resync       time.Duration // how often a term looks at everything again; default DefaultResync
-	// ServiceImports: also write a ServiceImport and MCS EndpointSlices per global service (see
-	// mcs.go). Off, the ServiceImports written earlier are deleted.
-	ServiceImports bool
-	// GCOwner, when set, owns the Services and ServiceImports written (see owner.go).
-	GCOwner *GCOwner
-}
-
 const (
 	// conflictRecheck is how often a global service blocked by someone else's object is looked at
 	// again: the object may go away, and nothing we watch would tell us.
@@ -97,6 +83,21 @@ func New(client kubernetes.Interface, mcs mcsclient.Interface, ix *index.Index, 
 }
 
 // Start runs the informers on our objects until ctx is done, leader or not, so a new leader
+// findImports starts the ServiceImport informers, and queues every global service, once the API
+// serves ServiceImports (awaitImports).
+func (w *Writer) findImports(ctx context.Context) {
+	if !awaitImports(ctx, w.client.Discovery(), w.cfg.Resync, w.cfg.Suffix) {
+		return
+	}
+	w.store.importsAvailable.Store(true)
+	for _, f := range w.store.importFactories {
+		f.Start(ctx.Done())
+	}
+	for _, k := range w.index.Snapshot().Keys() {
+		w.enqueue(k)
+	}
+}
+
 // starts with a warm cache.
 func (w *Writer) Start(ctx context.Context) {
 	bcast := record.NewBroadcaster()

@@ -16,15 +16,16 @@ import (
 // ServiceImportCRD is the CRD that must be installed for ServiceImports to be written.
 const ServiceImportCRD = mcsv1alpha1.ServiceImportFullName
 
-// findImports starts the ServiceImport informers once the API serves ServiceImports. Until then
-// (the CRD not installed) it says so once, and writes nothing of the kind; the -global objects are
-// written all the same. It looks again every Resync, so installing the CRD later needs no restart.
-func (w *Writer) findImports(ctx context.Context) {
+// awaitImports returns true once the API's discovery d serves ServiceImports, false when ctx is
+// done first. Until then (the CRD not installed) it says so once; the -global objects are written
+// all the same (those of suffix). It asks again every resync, so installing the CRD later needs no
+// restart.
+func awaitImports(ctx context.Context, d discovery.DiscoveryInterface, resync time.Duration, suffix string) bool {
 	missing := false
 	retry := time.Second
 	for {
-		ok, err := importsInstalled(w.client.Discovery())
-		wait := w.cfg.Resync
+		ok, err := importsInstalled(d)
+		wait := resync
 		switch {
 		case err != nil:
 			// The API is unreachable or failing: ask again soon, quietly (the watches say it).
@@ -35,23 +36,16 @@ func (w *Writer) findImports(ctx context.Context) {
 				telemetry.Log.Infof("serviceimports on: the %s CRD is installed now: writing ServiceImports", ServiceImportCRD)
 			}
 			telemetry.ServiceImportsUnavailable.Set(0)
-			w.store.importsAvailable.Store(true)
-			for _, f := range w.store.importFactories {
-				f.Start(ctx.Done())
-			}
-			for _, k := range w.index.Snapshot().Keys() {
-				w.enqueue(k)
-			}
-			return
+			return true
 		case !missing:
 			missing = true
 			telemetry.ServiceImportsUnavailable.Set(1)
 			telemetry.Log.Warningf("serviceimports on: the %s CRD is not installed: no ServiceImports or MCS EndpointSlices are written "+
-				"(the %s Services and their EndpointSlices are); install it (sigs.k8s.io/mcs-api config/crd) and they will be", ServiceImportCRD, w.cfg.Suffix)
+				"(the %s Services and their EndpointSlices are); install it (sigs.k8s.io/mcs-api config/crd) and they will be", ServiceImportCRD, suffix)
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(wait):
 		}
 	}

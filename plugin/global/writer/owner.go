@@ -119,16 +119,6 @@ func (o *ownerRefs) report(state string, missing bool, format string, args ...an
 	}
 }
 
-// own gives m, a Service or ServiceImport we are about to create or update, the owner's references,
-// or returns errOwnerMissing (wrapped) while the owner cannot be read.
-func (r *reconciler) own(ctx context.Context, m *metav1.ObjectMeta) error {
-	refs, err := r.owners.references(ctx, r.client, r.cfg.GCOwner)
-	if err == nil {
-		ownedBy(m, refs)
-	}
-	return err
-}
-
 // ownedBy sets refs on an object we create or update (a copy: every object gets the same ones);
 // without `owner` (refs nil) it leaves the object's references as they are.
 func ownedBy(m *metav1.ObjectMeta, refs []metav1.OwnerReference) {

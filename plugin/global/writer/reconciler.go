@@ -31,8 +31,6 @@ const (
 var (
 	// errStale: the cache does not show our own last write yet, or a deletion; try again shortly.
 	errStale = errors.New("cache is stale")
-	// errConflict: an object we do not manage holds one of our names; it is left alone.
-	errConflict = errors.New("name taken by an object not managed by " + ManagedBy)
 	// errTerminating: the namespace is being deleted, and the API refuses every create in it
 	// until it is gone, with its global services. Retrying is pointless: the global service is
 	// dropped, as Kubernetes' EndpointSlice reconcilers drop theirs.
@@ -432,6 +430,16 @@ func (r *reconciler) updated(err error) error {
 func (r *reconciler) counted(op string, err error) error {
 	if err == nil {
 		telemetry.EndpointSliceChanges.WithLabelValues(op).Inc()
+	}
+	return err
+}
+
+// own gives m, a Service or ServiceImport we are about to create or update, the owner's references,
+// or returns errOwnerMissing (wrapped) while the owner cannot be read.
+func (r *reconciler) own(ctx context.Context, m *metav1.ObjectMeta) error {
+	refs, err := r.owners.references(ctx, r.client, r.cfg.GCOwner)
+	if err == nil {
+		ownedBy(m, refs)
 	}
 	return err
 }
