@@ -130,14 +130,14 @@ func printResult(w io.Writer, last, cat string, r *result) string {
 		fmt.Fprintln(w, cat)
 		fmt.Fprintln(w, strings.Repeat("-", len(cat)))
 	}
-	status := okStatus
+	mark := okStatus
 	switch r.Result {
 	case "warning":
-		status = warnStatus
+		mark = warnStatus
 	case "error":
-		status = failStatus
+		mark = failStatus
 	}
-	fmt.Fprintf(w, "%s %s\n", status, r.Description)
+	fmt.Fprintf(w, "%s %s\n", mark, r.Description)
 	if r.Error != "" {
 		fmt.Fprintf(w, "    %s\n", strings.ReplaceAll(r.Error, "\n", "\n    "))
 		fmt.Fprintf(w, "    see %s for hints\n", r.Hint)
@@ -155,10 +155,10 @@ func finish(w io.Writer, format string, out checkOutput, printed bool) bool {
 	if printed {
 		fmt.Fprintln(w)
 	}
-	status := okStatus
+	mark := okStatus
 	if !out.Success {
-		status = failStatus
+		mark = failStatus
 	}
-	fmt.Fprintf(w, "Status check results are %s\n", status)
+	fmt.Fprintf(w, "Status check results are %s\n", mark)
 	return out.Success
 }

@@ -21,8 +21,3 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-// exitError ends the program with its code and no message: what failed was printed already.
-type exitError int
-
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
