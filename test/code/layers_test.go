@@ -24,6 +24,16 @@ var layered = map[string][][]string{
 		{"respond.go"}, {"explain.go"}, {"reply.go"}, {"addresses.go", "srv.go"}, {"maker.go"},
 		{"view.go"}, {"selection.go"}, {"asker.go"}, {"names.go"},
 	},
+	// The index: what changed (for the writer); the index and its snapshots; a service rebuilt,
+	// merged from its last state or built whole, with its counts, mesh annotations and warnings;
+	// the views queries read (nearest first, the cluster's, the policy's cut, a client's tiers);
+	// the service; the views it remembers; the topology and its one tier rule; records, their
+	// order, and the types.
+	"plugin/global/index": {
+		{"changes.go"}, {"index.go"}, {"rebuild.go"}, {"merge.go"}, {"build.go"}, {"health.go"}, {"mesh.go"},
+		{"warnings.go"}, {"nearest.go"}, {"views.go"}, {"policy.go"}, {"client.go"}, {"service.go"}, {"memo.go"},
+		{"topology.go"}, {"records.go"}, {"compare.go"}, {"types.go"},
+	},
 	// The writer: the lifecycle (the Lease, the controller's terms and queue), the reconciler and
 	// what it reads (plans of slices, their layout, the comparison with what is written), then
 	// the caches and the record of its own writes, the desired objects' labels, its configuration.

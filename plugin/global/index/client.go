@@ -5,7 +5,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/globaldns/global/plugin/global/contract"
 )
@@ -14,43 +13,8 @@ import (
 // Kubernetes service topology rule (each key tried in order, the first one shared decides). The
 // index's own tiers are the cluster's view (Topology.Tier); these are computed per query.
 
-// Topology keys that are no node label: HostnameKey is the client's own node, ClusterKey this
-// cluster.
-const (
-	HostnameKey = contract.HostnameKey
-	ClusterKey  = contract.ClusterKey
-)
-
 // DefaultClientKeys rank records from a known client when the Corefile sets no `topology`.
 var DefaultClientKeys = contract.DefaultClientTopology()
-
-// Client is where a querying client runs: its node's name and that node's labels. One per Node,
-// shared by the queries from it: it remembers the tiers it sees (tiersFrom).
-type Client struct {
-	Node   string
-	Labels map[string]string
-
-	tiers atomic.Pointer[clientTiers]
-}
-
-// clientTiers are the tiers a client sees under one topology: of each kind of local record (on
-// its node or not, in its zone or not) and of each linked cluster.
-type clientTiers struct {
-	topo     *Topology
-	local    [2][2]uint8
-	clusters []clusterTier // the linked clusters with a locality (a few: looked up without hashing)
-	farthest uint8         // the others'
-
-	// class is the client's labels that decide its tiers (classOf), and the hash of its class and
-	// of its node: the key of remembered answers (memo.go).
-	class               string
-	classHash, nodeHash uint64
-}
-
-type clusterTier struct {
-	cluster string
-	tier    uint8
-}
 
 // of returns the tier of linked cluster's records.
 func (ct *clientTiers) of(cluster string) uint8 {
@@ -121,19 +85,6 @@ func (t *Topology) tierAt(cluster, node, zone string, c *Client) uint8 {
 	return uint8(t.firstShared(t.ClientKeys, cluster, node, zone, c))
 }
 
-// firstShared is the tier rule of the cluster's view and of a client's alike: the index in keys of
-// the first key whose value a record of cluster, on node, in zone shares with client c (sharesAt),
-// len(keys) for none. The cluster's view is a client at this cluster's locality, on no node, whose
-// keys are the cluster's, then topology's locality keys (Topology.rank).
-func (t *Topology) firstShared(keys []string, cluster, node, zone string, c *Client) int {
-	for i, k := range keys {
-		if t.sharesAt(cluster, node, zone, c, k) {
-			return i
-		}
-	}
-	return len(keys)
-}
-
 // nodeOf returns the node of record r: a local endpoint's, "" for the rest.
 func (t *Topology) nodeOf(r *Record) string {
 	if r.Cluster != t.Local || r.Local == nil {
@@ -174,24 +125,6 @@ func (t *Topology) Describe(c *Client) string {
 // shares reports whether record r and client c have the same value of key k.
 func (t *Topology) shares(r *Record, c *Client, k string) bool {
 	return t.sharesAt(r.Cluster, t.nodeOf(r), t.ZoneOf(r), c, k)
-}
-
-// sharesAt reports whether a record of cluster, on node in zone, and client c have the same value
-// of key k. A local endpoint's node and zone are its EndpointSlice's; its other keys are this
-// cluster's locality. A linked cluster's endpoints are at its locality, on no node the client
-// could share.
-func (t *Topology) sharesAt(cluster, node, zone string, c *Client, k string) bool {
-	local := cluster == t.Local
-	switch k {
-	case ClusterKey:
-		return local
-	case HostnameKey:
-		return local && node != "" && node == c.Node
-	case ZoneKey:
-		return zone != "" && zone == c.Labels[ZoneKey]
-	}
-	v := c.Labels[k]
-	return v != "" && t.Locality[cluster][k] == v
 }
 
 // Ranked returns a copy of rs, each record with its tier as seen from client c, in answer order:

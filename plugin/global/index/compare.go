@@ -56,8 +56,3 @@ func sameEndpoint(a, b *Endpoint) bool {
 	x.Local, y.Local = nil, nil
 	return x == y
 }
-
-// samePorts reports whether a and b are the same list (not only equal ones).
-func samePorts(a, b []Port) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}

@@ -14,12 +14,6 @@ type health struct {
 	nowhere  map[string]bool          // clusters warned of having no locality
 }
 
-type clusterCounts struct {
-	states      [len(states)]int // by Record.State, in the order of states
-	noPodMirror int              // mirror records without a per-pod mirror: readiness from the headless mirror alone
-	services    int              // global services with a member in the cluster
-}
-
 // ClusterRecords are a member cluster's counts in a snapshot: of global services it is a member
 // of, and of its records by state.
 type ClusterRecords struct {

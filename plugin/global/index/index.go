@@ -20,7 +20,7 @@ import (
 // (log16 of the number of names, at 16 pointers each) and one leaf of leafMax names at most, not
 // every service, however many there are.
 type Snapshot struct {
-	root       *node
+	root       *trieNode
 	len        int            // global services
 	namespaces map[string]int // namespace -> number of global services in it that answer
 	ownsNS     bool           // namespaces is this snapshot's own copy (while it is being made)
@@ -35,10 +35,10 @@ type Snapshot struct {
 // do not change.
 func (s *Snapshot) Clusters() map[string]ClusterRecords { return s.clusters }
 
-// node is a branch, whose kids are by the next 4 bits of a name's hash (nil: no name there), or
+// trieNode is a branch, whose kids are by the next 4 bits of a name's hash (nil: no name there), or
 // a leaf of names (kids nil).
-type node struct {
-	kids *[fanout]*node
+type trieNode struct {
+	kids *[fanout]*trieNode
 	leaf shard
 }
 
@@ -145,7 +145,7 @@ func (s *Snapshot) Keys() []Key {
 }
 
 // leaves calls f with every leaf below n.
-func (n *node) leaves(f func(shard)) {
+func (n *trieNode) leaves(f func(shard)) {
 	switch {
 	case n == nil:
 	case n.kids != nil:
@@ -405,13 +405,13 @@ func (s *Snapshot) set(old *Snapshot, k Key, prev, svc *Service) {
 
 // path makes s's nodes on the path of hash h its own, copying those still old's, down to the leaf
 // (made when there is none): it returns where the leaf hangs, and its depth.
-func (s *Snapshot) path(old *Snapshot, h uint64) (at **node, depth int) {
+func (s *Snapshot) path(old *Snapshot, h uint64) (at **trieNode, depth int) {
 	at, was := &s.root, old.root
 	for {
 		n := *at
 		switch {
 		case n == nil:
-			n = &node{}
+			n = &trieNode{}
 		case n == was:
 			n = n.copy()
 		}
@@ -430,20 +430,20 @@ func (s *Snapshot) path(old *Snapshot, h uint64) (at **node, depth int) {
 }
 
 // copy returns a copy of n to change: a leaf with room for one more name (a snapshot lives long).
-func (n *node) copy() *node {
+func (n *trieNode) copy() *trieNode {
 	if n.kids != nil {
 		return newBranch(n.kids)
 	}
 	leaf := make(shard, len(n.leaf), len(n.leaf)+1)
 	copy(leaf, n.leaf)
-	return &node{leaf: leaf}
+	return &trieNode{leaf: leaf}
 }
 
 // newBranch returns a branch of kids (nil: none yet), node and kids in one allocation.
-func newBranch(kids *[fanout]*node) *node {
+func newBranch(kids *[fanout]*trieNode) *trieNode {
 	b := new(struct {
-		n    node
-		kids [fanout]*node
+		n    trieNode
+		kids [fanout]*trieNode
 	})
 	if kids != nil {
 		b.kids = *kids
@@ -453,12 +453,12 @@ func newBranch(kids *[fanout]*node) *node {
 }
 
 // split makes leaf n, at depth, a branch of leaves, each name in the kid of its hash's next bits.
-func (n *node) split(depth int) *node {
+func (n *trieNode) split(depth int) *trieNode {
 	b := newBranch(nil)
 	for _, e := range n.leaf { // in order: each new leaf is sorted too
 		k := &b.kids[kid(e.hash, depth)]
 		if *k == nil {
-			*k = &node{}
+			*k = &trieNode{}
 		}
 		(*k).leaf = append((*k).leaf, e)
 	}

@@ -6,22 +6,6 @@ import (
 	"sync"
 )
 
-// incrementalMin is the number of records from which a service keeps what an incremental
-// rebuild needs: below it a full rebuild takes microseconds.
-const incrementalMin = 256
-
-// incremental is what a big service keeps so that a change to a few of its slices is merged into
-// its records instead of sorting them all again.
-type incremental struct {
-	gens   []uint64        // Source.PodMirrorGeneration of each member, read before its per-pod mirrors
-	slices []*Slice        // by ordinal (Record.slice); nil: free
-	owners []int32         // by ordinal: the index in Members of the slice's member
-	order  [][]int32       // by member: the ordinals of its slices, in the order Source.Slices gave them
-	parts  *parts          // the records (no endpoint twice: a service with copies is not incremental)
-	counts []clusterCounts // Records by member cluster (as clusters) and state, for health
-	merged bool            // built by update, not whole (for tests)
-}
-
 // update makes s, whose members are prev's, from prev and the slices that changed since: the
 // records of slices that went and of endpoints that changed are found and dropped, the new ones
 // sorted and inserted where they belong, in copies of the parts they touch; the other parts are
@@ -149,7 +133,7 @@ func (mg *merge) classify(slicesOf [][]*Slice, gens []uint64) {
 		order[i] = old.match(i, sls)
 		for j, sl := range sls {
 			if o := order[i][j]; o >= 0 {
-				fate[o] = kept
+				fate[o] = fateKept
 				if m := s.Members[i]; !m.Local() {
 					mirrorPorts(m, sl, &s.Warnings) // the warnings only: its records are kept
 				}
@@ -175,11 +159,11 @@ func (mg *merge) pair() {
 			if a >= maxPairings {
 				break
 			}
-			if sl == nil || fate[o] != dropped || int(old.owners[o]) != add.member {
+			if sl == nil || fate[o] != fateDropped || int(old.owners[o]) != add.member {
 				continue
 			}
 			if rn := renew(sl, add.slice); rn != nil {
-				fate[o], renewals[o], add.renews = renewed, rn, rn
+				fate[o], renewals[o], add.renews = fateRenewed, rn, rn
 				rn.ordinal = uint32(o)
 				mg.inc.slices[o] = add.slice
 				mg.changed += rn.changed
@@ -203,14 +187,14 @@ func (mg *merge) recheckGateways() {
 	for r := range mg.all.All() {
 		o := r.slice
 		rb := &builders[old.owners[o]]
-		if rb.m == nil || fate[o] == dropped || rb.pods.of(r.Addr()) == r.Gateway {
+		if rb.m == nil || fate[o] == fateDropped || rb.pods.of(r.Addr()) == r.Gateway {
 			continue
 		}
 		rn := renewals[o]
 		if rn == nil {
 			rn = renew(old.slices[o], old.slices[o])
 			rn.ordinal = o
-			fate[o], renewals[o] = renewed, rn
+			fate[o], renewals[o] = fateRenewed, rn
 			mg.adds = append(mg.adds, added{member: int(old.owners[o]), at: -1, slice: old.slices[o], renews: rn, same: true})
 		}
 		if e, ok := rn.index(r.Host, r.addr); ok && !rn.differs[e] {
@@ -226,7 +210,7 @@ func (mg *merge) recheckGateways() {
 func (mg *merge) release() {
 	inc, fate, free := mg.inc, mg.fate, reuse(mg.free, 0)
 	for o, sl := range mg.old.slices {
-		if sl != nil && fate[o] == dropped {
+		if sl != nil && fate[o] == fateDropped {
 			mg.gone += len(sl.Endpoints)
 			inc.slices[o] = nil
 		}
@@ -249,7 +233,7 @@ func (mg *merge) drop() bool {
 	mg.dels = reuse(mg.dels, 0)
 	for o, sl := range mg.old.slices {
 		switch {
-		case sl != nil && fate[o] == dropped:
+		case sl != nil && fate[o] == fateDropped:
 			for e := range sl.Endpoints {
 				if !mg.dropRecord(uint32(o), &sl.Endpoints[e]) {
 					return false
@@ -367,9 +351,9 @@ type added struct {
 
 // The fates of a big service's slices in an update.
 const (
-	dropped = iota
-	kept
-	renewed
+	fateDropped = iota
+	fateKept
+	fateRenewed
 )
 
 // maxPairings bounds the slices an update tries to pair with the ones they replaced: each try

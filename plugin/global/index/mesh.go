@@ -28,18 +28,6 @@ var (
 	ServiceAnnotationKeys = []string{AnnotationOpaquePorts}
 )
 
-// Annotation is one annotation kept. A Relative one's Value is what follows "<svc>.<ns>." in the
-// annotation's value, svc and ns being the global service's own: a remote service's fully qualified
-// name, which every mirror of it spells out, is so kept once per linked cluster's domain, not once
-// per mirror.
-type Annotation struct {
-	Key, Value string
-	Relative   bool
-}
-
-// Annotations are the annotations of an object that are kept, sorted by key; nil for none.
-type Annotations []Annotation
-
 // KeepAnnotations returns the annotations of all whose keys are in keys, sorted.
 func KeepAnnotations(all map[string]string, keys []string) Annotations {
 	var out Annotations

@@ -13,27 +13,6 @@ import (
 // records are grouped by node and by zone (placements, made once per version of a service, on the
 // first such question), and an answer walks, tier by tier, the groups of that tier.
 
-// placements are where a service's local ready records are, per address family (by node and by
-// zone, each list in answer order, pointing into the records, which are as immutable as the
-// version of the service), and what a walk needs of its linked clusters. Immutable once made.
-type placements struct {
-	family [2]localPlaces // IPv4, IPv6
-	// mirrors is where the local cluster's records go among the mirrors, sorted by cluster, in an
-	// answer's tier: how many mirrors' names sort before this cluster's.
-	localAt int
-	// zones are the mirrors' zone localities, as s.clusters (the local member's, if any, "").
-	zones []string
-	// hosts are the nodes that hold local ready records, by the hash of their name (clientTiers'
-	// nodeHash): a collision only keys a client's answers by its node when they need not be.
-	hosts map[uint64]struct{}
-	memo  memo // answers remembered (memo.go)
-}
-
-type localPlaces struct {
-	byNode map[string][]*Record
-	byZone map[string][]*Record
-}
-
 // places returns s's placements, made on first use. The making is out of line, as all the work of
 // a query's rare paths here: a frame is reserved whole on every call, and a query's goroutine starts
 // with a small stack, which grows by a copy (see the plugin's ServeDNS).
@@ -207,16 +186,6 @@ type nearestWalk struct {
 // full reports whether out, of the answer's records so far, is full before a record of tier t.
 func (w *nearestWalk) full(out []Record, t uint8) bool {
 	return len(out) >= w.limit && (w.cut || len(out) == 0 || out[len(out)-1].Tier != t)
-}
-
-// run is a cluster's ready records (s.clusters[i]'s) in an answer, with their tier; for the local
-// cluster, of the kinds of record of that tier (kindsOf). An answer's runs are nearest first: the
-// local cluster's once per tier of its kinds.
-type run struct {
-	i     int
-	tier  uint8
-	local bool
-	kinds uint8
 }
 
 // The kinds of local record, as bits: on the client's node or not, in its zone or not.

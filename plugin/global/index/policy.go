@@ -16,14 +16,6 @@ const AnnotationPolicy = "globaldns.io/policy"
 // MaxNearest bounds `nearest N`: an answer larger than this is every tier in practice.
 const MaxNearest = 1000
 
-// Policy is which tiers of a global service an answer keeps. The zero Policy is `all`: every
-// tier, nearest first, what a StatefulSet's peers need. `nearest N` keeps the nearest tiers,
-// whole, until they hold at least N ready records: what its clients need, the nearest healthy
-// members, and the next tier only when those are gone (a tier with no ready record is skipped).
-type Policy struct {
-	Nearest int // 0: all; else N
-}
-
 // ParsePolicy parses `all`, `nearest` or `nearest N` (N from 1 to MaxNearest).
 func ParsePolicy(s string) (Policy, error) {
 	f := strings.Fields(s)

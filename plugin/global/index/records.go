@@ -309,3 +309,13 @@ func (b *partsBuilder) done() *parts {
 	b.flush(true)
 	return b.out
 }
+
+// run is a cluster's ready records (s.clusters[i]'s) in an answer, with their tier; for the local
+// cluster, of the kinds of record of that tier (kindsOf). An answer's runs are nearest first: the
+// local cluster's once per tier of its kinds.
+type run struct {
+	i     int
+	tier  uint8
+	local bool
+	kinds uint8
+}

@@ -222,3 +222,49 @@ func (s *Service) hostRun(run [2]int32, host string) []Record {
 	}
 	return head[:j:j]
 }
+
+// incrementalMin is the number of records from which a service keeps what an incremental
+// rebuild needs: below it a full rebuild takes microseconds.
+const incrementalMin = 256
+
+// incremental is what a big service keeps so that a change to a few of its slices is merged into
+// its records instead of sorting them all again.
+type incremental struct {
+	gens   []uint64        // Source.PodMirrorGeneration of each member, read before its per-pod mirrors
+	slices []*Slice        // by ordinal (Record.slice); nil: free
+	owners []int32         // by ordinal: the index in Members of the slice's member
+	order  [][]int32       // by member: the ordinals of its slices, in the order Source.Slices gave them
+	parts  *parts          // the records (no endpoint twice: a service with copies is not incremental)
+	counts []clusterCounts // Records by member cluster (as clusters) and state, for health
+	merged bool            // built by update, not whole (for tests)
+}
+
+// placements are where a service's local ready records are, per address family (by node and by
+// zone, each list in answer order, pointing into the records, which are as immutable as the
+// version of the service), and what a walk needs of its linked clusters. Immutable once made.
+type placements struct {
+	family [2]localPlaces // IPv4, IPv6
+	// mirrors is where the local cluster's records go among the mirrors, sorted by cluster, in an
+	// answer's tier: how many mirrors' names sort before this cluster's.
+	localAt int
+	// zones are the mirrors' zone localities, as s.clusters (the local member's, if any, "").
+	zones []string
+	// hosts are the nodes that hold local ready records, by the hash of their name (clientTiers'
+	// nodeHash): a collision only keys a client's answers by its node when they need not be.
+	hosts map[uint64]struct{}
+	memo  memo // answers remembered (memo.go)
+}
+
+// Topology returns the topology s was built with: its tiers' and its local records' cluster name's.
+func (s *Service) Topology() *Topology { return s.topo }
+
+type clusterCounts struct {
+	states      [len(states)]int // by Record.State, in the order of states
+	noPodMirror int              // mirror records without a per-pod mirror: readiness from the headless mirror alone
+	services    int              // global services with a member in the cluster
+}
+
+type localPlaces struct {
+	byNode map[string][]*Record
+	byZone map[string][]*Record
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	"github.com/globaldns/global/plugin/global/contract"
 )
@@ -168,9 +169,6 @@ func (t *Topology) rank(cluster string) (uint8, string) {
 	return uint8(i + 1), t.Keys[i]
 }
 
-// Topology returns the topology s was built with: its tiers' and its local records' cluster name's.
-func (s *Service) Topology() *Topology { return s.topo }
-
 // ClusterOf returns the name of member m's cluster: this cluster's for the local Service.
 func (t *Topology) ClusterOf(m *Member) string {
 	if m.Local() {
@@ -181,3 +179,69 @@ func (t *Topology) ClusterOf(m *Member) string {
 
 // Zone returns the zone locality of cluster, "" when unknown.
 func (t *Topology) Zone(cluster string) string { return t.Locality[cluster][ZoneKey] }
+
+// Topology keys that are no node label: HostnameKey is the client's own node, ClusterKey this
+// cluster.
+const (
+	HostnameKey = contract.HostnameKey
+	ClusterKey  = contract.ClusterKey
+)
+
+// Client is where a querying client runs: its node's name and that node's labels. One per Node,
+// shared by the queries from it: it remembers the tiers it sees (tiersFrom).
+type Client struct {
+	Node   string
+	Labels map[string]string
+
+	tiers atomic.Pointer[clientTiers]
+}
+
+// firstShared is the tier rule of the cluster's view and of a client's alike: the index in keys of
+// the first key whose value a record of cluster, on node, in zone shares with client c (sharesAt),
+// len(keys) for none. The cluster's view is a client at this cluster's locality, on no node, whose
+// keys are the cluster's, then topology's locality keys (Topology.rank).
+func (t *Topology) firstShared(keys []string, cluster, node, zone string, c *Client) int {
+	for i, k := range keys {
+		if t.sharesAt(cluster, node, zone, c, k) {
+			return i
+		}
+	}
+	return len(keys)
+}
+
+// sharesAt reports whether a record of cluster, on node in zone, and client c have the same value
+// of key k. A local endpoint's node and zone are its EndpointSlice's; its other keys are this
+// cluster's locality. A linked cluster's endpoints are at its locality, on no node the client
+// could share.
+func (t *Topology) sharesAt(cluster, node, zone string, c *Client, k string) bool {
+	local := cluster == t.Local
+	switch k {
+	case ClusterKey:
+		return local
+	case HostnameKey:
+		return local && node != "" && node == c.Node
+	case ZoneKey:
+		return zone != "" && zone == c.Labels[ZoneKey]
+	}
+	v := c.Labels[k]
+	return v != "" && t.Locality[cluster][k] == v
+}
+
+// clientTiers are the tiers a client sees under one topology: of each kind of local record (on
+// its node or not, in its zone or not) and of each linked cluster.
+type clientTiers struct {
+	topo     *Topology
+	local    [2][2]uint8
+	clusters []clusterTier // the linked clusters with a locality (a few: looked up without hashing)
+	farthest uint8         // the others'
+
+	// class is the client's labels that decide its tiers (classOf), and the hash of its class and
+	// of its node: the key of remembered answers (memo.go).
+	class               string
+	classHash, nodeHash uint64
+}
+
+type clusterTier struct {
+	cluster string
+	tier    uint8
+}

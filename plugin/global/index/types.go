@@ -351,3 +351,34 @@ func compareHeads(a, b []Record) int {
 	}
 	return strings.Compare(x.Host, y.Host)
 }
+
+// Annotation is one annotation kept. A Relative one's Value is what follows "<svc>.<ns>." in the
+// annotation's value, svc and ns being the global service's own: a remote service's fully qualified
+// name, which every mirror of it spells out, is so kept once per linked cluster's domain, not once
+// per mirror.
+type Annotation struct {
+	Key, Value string
+	Relative   bool
+}
+
+// Annotations are the annotations of an object that are kept, sorted by key; nil for none.
+type Annotations []Annotation
+
+// Policy is which tiers of a global service an answer keeps. The zero Policy is `all`: every
+// tier, nearest first, what a StatefulSet's peers need. `nearest N` keeps the nearest tiers,
+// whole, until they hold at least N ready records: what its clients need, the nearest healthy
+// members, and the next tier only when those are gone (a tier with no ready record is skipped).
+type Policy struct {
+	Nearest int // 0: all; else N
+}
+
+// samePorts reports whether a and b are the same list (not only equal ones).
+func samePorts(a, b []Port) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// Warning is surprising input met while building a service: Reason is a metric label, Detail a log line.
+type Warning struct {
+	Reason, Detail string
+	cluster, host  string // of a duplicate hostname
+}

@@ -5,12 +5,6 @@ import (
 	"slices"
 )
 
-// Warning is surprising input met while building a service: Reason is a metric label, Detail a log line.
-type Warning struct {
-	Reason, Detail string
-	cluster, host  string // of a duplicate hostname
-}
-
 // Reasons for warnings.
 const (
 	ReasonClusterNameClash = "cluster_name_clash"
