@@ -34,6 +34,15 @@ var layered = map[string][][]string{
 		{"warnings.go"}, {"nearest.go"}, {"views.go"}, {"policy.go"}, {"client.go"}, {"service.go"}, {"memo.go"},
 		{"topology.go"}, {"records.go"}, {"compare.go"}, {"types.go"},
 	},
+	// The watch: where clients run (Nodes, Pods, forwarders) and the topology's sources; the
+	// watcher of Services and EndpointSlices, its reflectors' stores and the kinds they convert to
+	// (per-pod mirrors, slices, Services), the store that holds what each kind keeps, Linkerd's
+	// labels, the objects' shared parts, listing, interning.
+	"plugin/global/watch": {
+		{"clients.go"}, {"forwarders.go"}, {"pods.go"}, {"nodes.go"}, {"topology.go"}, {"watcher.go"},
+		{"reflector.go"}, {"podmirrors.go"}, {"endpointslices.go"}, {"services.go"}, {"store.go"},
+		{"linkerd.go"}, {"object.go"}, {"list.go"}, {"intern.go"},
+	},
 	// The writer: the lifecycle (the Lease, the controller's terms and queue), the reconciler and
 	// what it reads (plans of slices, their layout, the comparison with what is written), then
 	// the caches and the record of its own writes, the desired objects' labels, its configuration.

@@ -17,13 +17,6 @@ import (
 // The EndpointSlices of the member Services, local and headless mirrors (the per-pod mirrors'
 // are in podmirrors.go).
 
-// slice is an EndpointSlice as the index sees it.
-type slice struct {
-	meta
-	service string       // kubernetes.io/service-name
-	slice   *index.Slice // nil: skipped
-}
-
 // DeepCopyObject implements runtime.Object: the stored objects are never mutated, so a shallow
 // copy is a deep copy.
 func (s *slice) DeepCopyObject() runtime.Object { c := *s; return &c }
@@ -143,26 +136,6 @@ func dashed(a netip.Addr) string {
 	return h
 }
 
-// sourceSlices is the slices of one source, by nameID of their name and by Service: nearly every
-// Service has one slice, so the first is kept apart from the rest (a list per Service would be
-// one more allocation, and a bigger map entry, per Service).
-type sourceSlices struct {
-	byName map[uint64]*slice
-	first  map[string]*slice     // by Service
-	more   map[string][]sliceRef // by Service, when it has more than one
-}
-
-// sliceRef is a slice in a Service's list, with what the index reads of it at hand: a Service of
-// many slices is read on each change of one, and its other slices are long out of the cache.
-type sliceRef struct {
-	obj   *slice
-	slice *index.Slice
-}
-
-func newSourceSlices() sourceSlices {
-	return sourceSlices{byName: map[uint64]*slice{}, first: map[string]*slice{}, more: map[string][]sliceRef{}}
-}
-
 func (st *sourceSlices) add(o *slice) {
 	st.byName[nameID(o.name)] = o
 	if st.first[o.service] == nil {
@@ -244,30 +217,6 @@ func (sp *namespaceObjects) removeSlice(ns string, src source, id uint64, c affe
 		ss.remove(o)
 		c.add(sp.sliceKey(ns, src, o.service))
 	}
-}
-
-// updateSlice puts o, a slice, in place of the one of its name when that is of the same
-// Service, and reports whether it did: the slice keeps its place in the Service's list, which the
-// index matches a member's slices by (removed and added again, it would move to the end, and each
-// after it one place, so that a change of one slice looked like a change of half of them).
-func (s *objectStore) updateSlice(t *reflectorStore, o object, c affected) bool {
-	n, ok := o.(*slice)
-	if !ok || n.service == "" || t.kind != kindSlice || t.src == fromPodMirror {
-		return false
-	}
-	m := o.objectMeta()
-	sp := s.byNamespace[m.namespace]
-	if sp == nil {
-		return false
-	}
-	ss := sp.slicesOf(t.src)
-	old, ok := ss.byName[nameID(m.name)]
-	if !ok || old.service != n.service {
-		return false
-	}
-	ss.replace(old, n)
-	c.add(sp.sliceKey(m.namespace, t.src, n.service))
-	return true
 }
 
 func (sp *namespaceObjects) putSlice(src source, o *slice, c affected) {

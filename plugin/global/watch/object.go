@@ -9,12 +9,9 @@ import (
 
 	"github.com/globaldns/global/plugin/global/telemetry"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 )
 
 // The watcher keeps small objects instead of the API objects: only what the index reads,
@@ -63,51 +60,6 @@ const (
 	fromMirror                  // Linkerd's mirror Services, and the headless mirrors' slices
 	fromPodMirror               // the slices of Linkerd's per-pod mirrors: only their readiness counts
 )
-
-// transform returns the conversion of one source's objects, reporting their problems to log. It
-// must never fail (an error would stall the reflector) and must be idempotent (objects streamed
-// at start are converted twice).
-func transform(src source, log *problemLog) func(any) (any, error) {
-	return func(obj any) (any, error) {
-		switch o := obj.(type) {
-		case *corev1.Service:
-			o.Namespace = internString(namespaces, o.Namespace)
-			p := problems{log: log, meta: &o.ObjectMeta}
-			defer p.report()
-			m := slimMeta(&o.ObjectMeta)
-			if src != fromMirror {
-				member, global := localMember(o, &p)
-				return &service{meta: m, member: member, global: global.Name}, nil
-			}
-			if headless, ip := podMirrorOf(o, &p); headless != "" {
-				return &podMirrorService{meta: m, headless: headless, ip: ip}, nil
-			}
-			member, global := mirrorMember(o, &p)
-			return &service{meta: m, member: member, global: global.Name}, nil
-		case *discoveryv1.EndpointSlice:
-			o.Namespace = internString(namespaces, o.Namespace)
-			p := problems{log: log, meta: &o.ObjectMeta}
-			defer p.report()
-			m, svc := slimMeta(&o.ObjectMeta), o.Labels[discoveryv1.LabelServiceName]
-			if svc == "" {
-				p.add(ReasonNoServiceLabel, "no "+discoveryv1.LabelServiceName+" label")
-			}
-			if src == fromPodMirror {
-				ready := slices.ContainsFunc(o.Endpoints, func(e discoveryv1.Endpoint) bool { return ptr.Deref(e.Conditions.Ready, true) })
-				return &podMirrorSlice{meta: m, pod: svc, ready: ready}, nil
-			}
-			s := &slice{meta: m, service: svc}
-			if svc != "" {
-				s.slice = convertSlice(o, src == fromMirror, &p)
-			}
-			if s.slice != nil && src == fromMirror {
-				s.slice.Annotations = mirrorSliceAnnotations(o, &p)
-			}
-			return s, nil
-		}
-		return obj, nil // already converted
-	}
-}
 
 func quote(s string) string {
 	const max = 80 // keep log lines bounded whatever the object holds
@@ -228,3 +180,11 @@ func (l *problemLog) retain(objs []object) {
 		l.forget(k.namespace, k.name)
 	}
 }
+
+// kind is the API kind a reflector lists: Services or EndpointSlices.
+type kind uint8
+
+const (
+	kindService kind = iota
+	kindSlice
+)

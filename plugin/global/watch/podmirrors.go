@@ -37,29 +37,6 @@ func (s *podMirrorService) DeepCopyObject() runtime.Object { c := *s; return &c 
 // DeepCopyObject implements runtime.Object, as podMirrorService's.
 func (s *podMirrorSlice) DeepCopyObject() runtime.Object { c := *s; return &c }
 
-// podMirrorList is the per-pod mirrors of one headless mirror, a list linked through
-// podMirror.next (a slice of pointers would be one more allocation per headless mirror).
-type podMirrorList struct {
-	headless string // the headless mirror's name
-	first    *podMirror
-	gen      uint64 // the stamp of the last change to its list or its per-pod mirrors' readiness
-}
-
-// podMirror is a per-pod mirror: its Service (list nil until seen) and how many of its
-// EndpointSlices there are, and have a ready endpoint. One entry for both kinds, 48 bytes, with
-// neither name nor version: there is one per mirror record, and what a relist compares is its
-// content.
-type podMirror struct {
-	list          *podMirrorList // its headless mirror's
-	next          *podMirror     // in list
-	ip            netip.Addr
-	slices, ready int32
-}
-
-// podAndReady is what is kept of a per-pod mirror's slice: whose (podID of the per-pod mirror)
-// and whether it counts as ready (the low bit), in one word: there is one per mirror record.
-type podAndReady uint64
-
 func newPodAndReady(pod string, ready bool) podAndReady {
 	if ready {
 		return podAndReady(podID(pod) | 1)

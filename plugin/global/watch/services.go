@@ -9,13 +9,6 @@ import (
 // The Services that are members of global services: the local ones the export selector selects,
 // and Linkerd's headless mirrors (linkerd.go tells them apart from the other mirrors).
 
-// service is a Service as the index sees it.
-type service struct {
-	meta
-	member *index.Member // nil: not a member of any global service
-	global string        // the global service's name, in the same namespace
-}
-
 func (s *service) key() index.Key { return index.Key{Namespace: s.namespace, Name: s.global} }
 
 // DeepCopyObject implements runtime.Object: the stored objects are never mutated, so a shallow

@@ -2,97 +2,18 @@ package watch
 
 import (
 	"hash/maphash"
+	"net/netip"
 	"slices"
 	"sync"
 
 	"github.com/globaldns/global/plugin/global/index"
-	"github.com/globaldns/global/plugin/global/telemetry"
-
-	"k8s.io/client-go/tools/cache"
 )
 
-// The reflectors write into one objectStore, by namespace, through a reflectorStore each. What
-// each kind of object keeps, and how the index reads it, is in the file named for it:
-// services.go (local members and headless mirrors), endpointslices.go, podmirrors.go (Linkerd's
-// per-pod mirrors and their slices).
-
-// kind is the API kind a reflector lists: Services or EndpointSlices.
-type kind uint8
-
-const (
-	kindService kind = iota
-	kindSlice
-)
-
-// reflectorStore is the store one reflector writes into (cache.ReflectorStore): it converts
-// each object and hands it to the objectStore, which keeps it only where the index reads it.
-type reflectorStore struct {
-	objects   *objectStore
-	namespace string // the reflector's; "" for all
-	kind      kind
-	src       source
-	transform func(any) (any, error)
-	problems  *problemLog   // what transform reported, per object
-	synced    chan struct{} // closed by the first Replace: the initial list
-	once      sync.Once
-}
-
-var _ cache.TransformingStore = (*reflectorStore)(nil)
-
-func (t *reflectorStore) convert(obj any) (object, bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	o, _ := t.transform(obj) // never fails
-	x, ok := o.(object)
-	if !ok {
-		telemetry.Log.Warningf("watch: unexpected %T from the API: ignored", obj)
-	}
-	return x, ok
-}
-
-// Add implements cache.ReflectorStore.
-func (t *reflectorStore) Add(obj any) error { return t.Update(obj) }
-
-// Update implements cache.ReflectorStore.
-func (t *reflectorStore) Update(obj any) error {
-	if o, ok := t.convert(obj); ok {
-		t.objects.apply(t, []object{o}, nil)
-	}
-	return nil
-}
-
-// Delete implements cache.ReflectorStore.
-func (t *reflectorStore) Delete(obj any) error {
-	if o, ok := t.convert(obj); ok {
-		m := o.objectMeta()
-		t.objects.apply(t, nil, []objectRef{{m.namespace, t.key(m.name)}})
-		t.problems.forget(m.namespace, m.name)
-	}
-	return nil
-}
-
-// Replace implements cache.ReflectorStore: the reflector's full list, at start and on relists.
-// Objects whose version did not change are not touched, so a relist rebuilds only what changed.
-func (t *reflectorStore) Replace(list []any, _ string) error {
-	objs := make([]object, 0, len(list))
-	for _, obj := range list {
-		if o, ok := t.convert(obj); ok {
-			objs = append(objs, o)
-		}
-	}
-	t.objects.replace(t, objs)
-	t.problems.retain(objs)
-	t.once.Do(func() { close(t.synced) })
-	return nil
-}
-
-// Resync implements cache.ReflectorStore; there is nothing to resync.
-func (t *reflectorStore) Resync() error { return nil }
-
-// Transformer implements cache.TransformingStore: the reflector's temporary store of a streamed
-// initial list keeps converted objects, not whole API objects.
-func (t *reflectorStore) Transformer() cache.TransformFunc { return t.transform }
+// The reflectors write into one objectStore, by namespace, through a reflectorStore each
+// (reflector.go), which converts each object and hands it to its kind. What each kind keeps is
+// here, with the store that holds it; how it is put, removed and read by the index is in the file
+// named for the kind, between the two: services.go (local members and headless mirrors),
+// endpointslices.go, podmirrors.go (Linkerd's per-pod mirrors and their slices).
 
 // objectStore holds every reflector's objects, by namespace, indexed as the index reads them.
 // One lock: writes are short (one object), reads copy what they return.
@@ -148,89 +69,12 @@ func (c affected) add(k index.Key, ok bool) {
 	}
 }
 
-// apply puts objs into t's part of the store and deletes dels from it, then notifies the sink.
-func (s *objectStore) apply(t *reflectorStore, objs []object, dels []objectRef) {
-	c := affected{}
-	s.mu.Lock()
-	for _, d := range dels {
-		s.remove(t, d.namespace, d.key, c)
-	}
-	for _, o := range objs {
-		m := o.objectMeta()
-		if s.updateSlice(t, o, c) {
-			continue
-		}
-		s.remove(t, m.namespace, t.key(m.name), c) // whatever it was before
-		s.put(t, o, c)
-	}
-	sink := s.sink
-	s.mu.Unlock()
-	if sink != nil {
-		for k := range c {
-			sink.Changed(k)
-		}
-	}
-}
-
-// replace makes objs t's whole part of the store: what is not in it is deleted, what changed is
-// put, what is the same is left alone.
-func (s *objectStore) replace(t *reflectorStore, objs []object) {
-	s.mu.RLock()
-	listed := make(map[objectRef]bool, len(objs))
-	var changed []object
-	for _, o := range objs {
-		m := o.objectMeta()
-		listed[objectRef{m.namespace, keyOf(o)}] = true
-		if !s.unchanged(t, o) {
-			changed = append(changed, o)
-		}
-	}
-	var gone []objectRef
-	for ns, sp := range s.byNamespace {
-		if t.namespace != "" && ns != t.namespace {
-			continue // another reflector's
-		}
-		for _, k := range sp.keys(t) {
-			if d := (objectRef{ns, k}); !listed[d] {
-				gone = append(gone, d)
-			}
-		}
-	}
-	s.mu.RUnlock()
-	// Another write between the two locks is a later event of the same reflector: there is none,
-	// the reflector calls its store from one goroutine.
-	s.apply(t, changed, gone)
-}
-
 // objectKey identifies an object of a reflector in a namespace: by name (Services), or by nameID
 // of the name: per-pod mirrors and every slice, whose maps are the biggest (a string key in a map
 // takes 16 bytes, and a name of its own for per-pod mirrors).
 type objectKey struct {
 	name string
 	id   uint64
-}
-
-// key is every key an object called name may have in t: Linkerd's mirror Services are headless
-// mirrors (by name) or per-pod mirrors (by id), and one may turn into the other.
-func (t *reflectorStore) key(name string) objectKey {
-	switch {
-	case t.kind == kindSlice:
-		return objectKey{id: nameID(name)}
-	case t.kind == kindService && t.src == fromMirror:
-		return objectKey{name: name, id: podID(name)}
-	}
-	return objectKey{name: name}
-}
-
-// keyOf is the key under which o is kept.
-func keyOf(o object) objectKey {
-	switch o.(type) {
-	case *podMirrorService:
-		return objectKey{id: podID(o.objectMeta().name)}
-	case *podMirrorSlice, *slice:
-		return objectKey{id: nameID(o.objectMeta().name)}
-	}
-	return objectKey{name: o.objectMeta().name}
 }
 
 // nameSeed keys nameID; random, so no one can choose names that collide. Two of 100,000 names
@@ -248,80 +92,6 @@ type objectRef struct {
 	key       objectKey
 }
 
-// unchanged reports whether t holds o as it is: the same version, or for the per-pod mirrors,
-// which keep none, the same content.
-func (s *objectStore) unchanged(t *reflectorStore, o object) bool {
-	m := o.objectMeta()
-	sp := s.byNamespace[m.namespace]
-	if sp == nil {
-		return false
-	}
-	var kept uint64 // the version kept, 0 for none
-	switch o := o.(type) {
-	case *podMirrorService:
-		return sp.podMirrorServiceUnchanged(m.name, o)
-	case *podMirrorSlice:
-		return sp.podMirrorSliceUnchanged(m.name, o)
-	case *service:
-		kept = sp.serviceVersion(t.src, m.name)
-	case *slice:
-		kept = sp.sliceVersion(t.src, m.name)
-	}
-	return kept != 0 && kept == m.version
-}
-
-// keys returns the keys of t's objects in sp.
-func (sp *namespaceObjects) keys(t *reflectorStore) []objectKey {
-	var out []objectKey
-	switch {
-	case t.kind == kindService && t.src == fromLocal:
-		out = serviceKeys(out, sp.local)
-	case t.kind == kindService:
-		out = sp.podMirrorKeys(serviceKeys(out, sp.mirrors))
-	case t.src == fromPodMirror:
-		out = sp.podMirrorSliceKeys(out)
-	default:
-		out = sp.sliceKeys(t.src, out)
-	}
-	return out
-}
-
-// remove deletes t's object k in ns, if any, recording the global services it affected.
-func (s *objectStore) remove(t *reflectorStore, ns string, k objectKey, c affected) {
-	sp := s.byNamespace[ns]
-	if sp == nil {
-		return
-	}
-	switch {
-	case t.kind == kindService && t.src == fromLocal:
-		sp.removeLocal(k.name, c)
-	case t.kind == kindService:
-		sp.removeMirror(k.name, c)
-		s.removePodMirror(sp, k.id, c)
-	case t.src == fromPodMirror:
-		s.removePodMirrorSlice(sp, k.id, c)
-	default:
-		sp.removeSlice(ns, t.src, k.id, c)
-	}
-}
-
-// put adds t's object o (whose name is not in the store), recording the global services it
-// affects.
-func (s *objectStore) put(t *reflectorStore, o object, c affected) {
-	m := o.objectMeta()
-	sp := s.objectsIn(m.namespace)
-	switch o := o.(type) {
-	case *service:
-		sp.putService(t.src, o, c)
-	case *podMirrorService:
-		s.putPodMirrorService(sp, o, c)
-	case *podMirrorSlice:
-		s.putPodMirrorSlice(sp, o, c)
-	case *slice:
-		sp.putSlice(t.src, o, c)
-	}
-}
-
 // drop removes o from list k of m, deleting the key when the list empties.
 func drop[T comparable](m map[string][]T, k string, o T) {
 	list := slices.DeleteFunc(m[k], func(e T) bool { return e == o })
@@ -330,4 +100,68 @@ func drop[T comparable](m map[string][]T, k string, o T) {
 		return
 	}
 	m[k] = list
+}
+
+// Sink receives what the watcher sees: Changed for every global service an event may affect, and
+// Start once the store holds the initial state. *index.Index is a Sink.
+type Sink interface {
+	Changed(index.Key)
+	Start()
+}
+
+// sourceSlices is the slices of one source, by nameID of their name and by Service: nearly every
+// Service has one slice, so the first is kept apart from the rest (a list per Service would be
+// one more allocation, and a bigger map entry, per Service).
+type sourceSlices struct {
+	byName map[uint64]*slice
+	first  map[string]*slice     // by Service
+	more   map[string][]sliceRef // by Service, when it has more than one
+}
+
+func newSourceSlices() sourceSlices {
+	return sourceSlices{byName: map[uint64]*slice{}, first: map[string]*slice{}, more: map[string][]sliceRef{}}
+}
+
+// podMirrorList is the per-pod mirrors of one headless mirror, a list linked through
+// podMirror.next (a slice of pointers would be one more allocation per headless mirror).
+type podMirrorList struct {
+	headless string // the headless mirror's name
+	first    *podMirror
+	gen      uint64 // the stamp of the last change to its list or its per-pod mirrors' readiness
+}
+
+// podAndReady is what is kept of a per-pod mirror's slice: whose (podID of the per-pod mirror)
+// and whether it counts as ready (the low bit), in one word: there is one per mirror record.
+type podAndReady uint64
+
+// service is a Service as the index sees it.
+type service struct {
+	meta
+	member *index.Member // nil: not a member of any global service
+	global string        // the global service's name, in the same namespace
+}
+
+// podMirror is a per-pod mirror: its Service (list nil until seen) and how many of its
+// EndpointSlices there are, and have a ready endpoint. One entry for both kinds, 48 bytes, with
+// neither name nor version: there is one per mirror record, and what a relist compares is its
+// content.
+type podMirror struct {
+	list          *podMirrorList // its headless mirror's
+	next          *podMirror     // in list
+	ip            netip.Addr
+	slices, ready int32
+}
+
+// slice is an EndpointSlice as the index sees it.
+type slice struct {
+	meta
+	service string       // kubernetes.io/service-name
+	slice   *index.Slice // nil: skipped
+}
+
+// sliceRef is a slice in a Service's list, with what the index reads of it at hand: a Service of
+// many slices is read on each change of one, and its other slices are long out of the cache.
+type sliceRef struct {
+	obj   *slice
+	slice *index.Slice
 }

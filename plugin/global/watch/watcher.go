@@ -23,13 +23,6 @@ import (
 	"k8s.io/client-go/util/watchlist"
 )
 
-// Sink receives what the watcher sees: Changed for every global service an event may affect, and
-// Start once the store holds the initial state. *index.Index is a Sink.
-type Sink interface {
-	Changed(index.Key)
-	Start()
-}
-
 // Watcher runs the reflectors and answers index.Source from their objects.
 type Watcher struct {
 	objects    *objectStore
