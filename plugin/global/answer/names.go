@@ -195,7 +195,12 @@ func (n *name) matches(r *index.Record) bool {
 	if !n.form.ofPorts() {
 		return true
 	}
-	return slices.ContainsFunc(r.Ports, n.ports.Matches)
+	for i := range r.Ports {
+		if n.ports.Matches(r.Ports[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 // service is the <ns>/<svc> n asks for, or the bare name of a short one.

@@ -104,13 +104,14 @@ func srvTargets(targets []srvTarget, kept index.View, n *name, domain [5]string,
 // else at most one (a Service's and a slice's port names are unique), found by a scan that stops
 // there.
 func matching(ps []index.Port, n *name) int {
-	if n.ports == (index.PortQuery{}) {
+	q := &n.ports
+	if q.Name == "" && q.Protocol == "" {
 		return len(ps)
 	}
 	c := 0
 	for i := range ps {
-		if n.ports.Matches(ps[i]) {
-			if c++; n.ports.Name != "" {
+		if q.Matches(ps[i]) {
+			if c++; q.Name != "" {
 				break
 			}
 		}

@@ -132,7 +132,7 @@ func below(rs []Record, tier uint8) []Record {
 type PortQuery struct{ Name, Protocol string }
 
 // Matches reports whether port p is one q asks for.
-func (q PortQuery) Matches(p Port) bool {
+func (q *PortQuery) Matches(p Port) bool {
 	return (q.Name == "" || p.Name == q.Name) && (q.Protocol == "" || p.Protocol == q.Protocol)
 }
 
