@@ -35,8 +35,7 @@ func (mk *Maker) addrs(owner string, rs []index.Record, req *request.Request, sh
 	}
 	var known *ownerName // owner, as the records found or made here have it (nil: none yet)
 	for i, o := 0, 0; o < len(out) && i < len(rs); {
-		j := tierEnd(rs, i)
-		k := i + off%(j-i) // the tier, rs[i:j], from rs[k] on and around
+		k, j := rotation(rs, i, off) // the tier, rs[i:j], from rs[k] on and around
 		// In runs: from rs[k] to the tier's end, then from its start, as many as out holds.
 		for n := min(j-i, len(out)-o); n > 0; k = i {
 			run := rs[k:min(j, k+n)]
@@ -116,6 +115,14 @@ func (mk *Maker) addrOf(owner string, known *ownerName, r *index.Record, v4, sha
 	return &k.aaaa, known
 }
 
+// rotation is the rotation of every answer's addresses, with a list (fromList) or without
+// (addrs): the tier of rs[i] (rs in tier order) ends at j and is answered from rs[k] on and
+// around, rs[k:j] then rs[i:k], k chosen by off, the answer's random offset.
+func rotation(rs []index.Record, i, off int) (k, j int) {
+	j = tierEnd(rs, i)
+	return i + off%(j-i), j
+}
+
 // tierEnd returns the end of the tier of rs[i] (rs in tier order): one read when the tier is that
 // record alone, as a client's nearest tiers often are, or the rest, as a zonal name's records
 // often are; else a bisection of the rest.
@@ -140,8 +147,7 @@ func tierEnd(rs []index.Record, i int) int {
 // (list[i] is rs[i]'s), a run at a time.
 func fromList(out, list []dns.RR, rs []index.Record, off int) {
 	for i, o := 0, 0; o < len(out) && i < len(rs); {
-		j := tierEnd(rs, i)
-		k := i + off%(j-i)
+		k, j := rotation(rs, i, off)
 		for n := min(j-i, len(out)-o); n > 0; k = i {
 			c := copy(out[o:o+min(j-k, n)], list[k:j])
 			o, n = o+c, n-c
