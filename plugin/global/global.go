@@ -25,10 +25,12 @@ import (
 
 var log = telemetry.Log
 
-// Global is the plugin: the DNS handler over an index fed by a watcher. It is also the plugin's
-// configuration: stanza.Read (config.go) reads the Corefile's zones and the contract's options
-// into Zones and Options, and each of the plugin's own options into its field here; nothing else
-// writes them, and build (setup.go) connects the plugin to the API from them.
+// Global is the plugin: the DNS handler over an index fed by a watcher, answering with the answer
+// path (package answer). It is also the plugin's configuration: stanza.Read (config.go) reads the
+// Corefile's zones and the contract's options into Zones and Options, and each of the plugin's own
+// options into its field here or, for one that shapes answers, the Answerer's; nothing else writes
+// them, and build (setup.go) connects the plugin to the API from them (and gives the Answerer its
+// index, the asker's sources and locator, and the replica's state).
 type Global struct {
 	Next plugin.Handler
 
@@ -38,7 +40,7 @@ type Global struct {
 	contract.Options                 // the options the outside depends on (contract/options.go)
 	exportSelector   string          // export_selector
 	corefile         index.Topology  // cluster, and (build) locality, topology: the index completes it from the cluster
-	answer.Answerer                  // names, policy, prefer_namespaces, ttl, rotate, explain, explain_from; client_locality, client_ecs_from (build): how names answer
+	answer.Answerer                  // how names answer: names, policy, prefer_namespaces, ttl, rotate, explain, explain_from
 	Fall             fall.F          // fallthrough
 	startupTimeout   time.Duration   // startup_timeout
 	kubeconfig       string          // kubeconfig PATH [CONTEXT]

@@ -10,16 +10,16 @@ import (
 	"github.com/miekg/dns"
 )
 
-// querier is who asks, when the answer is ranked from the client: where it runs, and how that
+// Answers ranked from the client (`client_locality`): who asks is learned from the query, and
+// where it runs from this cluster's Nodes and Pods (watch.Clients).
+
+// Querier is who asks, when the answer is ranked from the client: where it runs, and how that
 // was learned (client_locality's source: ecs, node or pod). A nil client is the cluster's view:
 // learned is "" without client_locality, "none" when no source told.
 type Querier struct {
 	client  *index.Client
 	learned string
 }
-
-// Answers ranked from the client (`client_locality`): who asks is learned from the query, and
-// where it runs from this cluster's Nodes and Pods (watch.Clients).
 
 // Client sources, as client_locality names them and explanations say them.
 const (
@@ -29,7 +29,7 @@ const (
 	sourceNone = "none" // no source told: the cluster's view
 )
 
-// locator finds where clients run: the node of a Node's address, of a Pod's IP (or of an address
+// Locator finds where clients run: the node of a Node's address, of a Pod's IP (or of an address
 // in a Node's pod CIDRs), and the addresses of forwarders, whose queries are every client's.
 type Locator interface {
 	// Node returns the client at a Node's address, nil for none.
@@ -44,7 +44,7 @@ type Locator interface {
 	ECSSource(a netip.Addr) bool
 }
 
-// asker learns who asks a query (client_locality): the options that say how, and the table of
+// Asker learns who asks a query (client_locality): the options that say how, and the table of
 // where clients run that it asks.
 type Asker struct {
 	Sources contract.Sources // client_locality: how clients are learned
@@ -52,7 +52,7 @@ type Asker struct {
 	Locator Locator          // clients (watch.Clients), built; nil without client_locality
 }
 
-// whoAsks learns who asks query r, received on w: from its ECS option when a source of
+// WhoAsks learns who asks query r, received on w: from its ECS option when a source of
 // client_ecs_from sent it, else from its source address (unless a forwarder's). It
 // returns the ECS option of the reply, when client_locality has ecs and such a source sent one:
 // with the scope the answer depends on (RFC 7871 7.2.1), so that caches honouring ECS keep it
@@ -108,7 +108,7 @@ func (a *Asker) bySource(src netip.Addr) (q Querier, known bool) {
 	return q, false
 }
 
-// explainedAs is whom an explanation is of when its asker, one explain_from trusts, gives an ECS
+// ExplainedAs is whom an explanation is of when its asker, one explain_from trusts, gives an ECS
 // option (linkerd global explain --from): the client at that address, as its own query would be
 // answered (from a forwarder's, a Node's or a Pod's address), else as a query a trusted resolver
 // (client_ecs_from) sends for it would be. Without such an option, q and ecs as they are.
@@ -136,7 +136,7 @@ func (a *Asker) ExplainedAs(r *dns.Msg, q Querier, ecs *dns.EDNS0_SUBNET) (Queri
 	return Querier{learned: sourceNone}, nil
 }
 
-// networks are address prefixes an option trusts (client_ecs_from, explain_from).
+// Networks are address prefixes an option trusts (client_ecs_from, explain_from).
 type Networks []netip.Prefix
 
 // has reports whether a is in one of ns.
@@ -203,7 +203,7 @@ func remoteAddr(w dns.ResponseWriter) (netip.Addr, bool) {
 	return addr.Unmap(), ok
 }
 
-// setSubnet puts the ECS option of the reply into m's OPT record, made like the request's.
+// SetSubnet puts the ECS option of the reply into m's OPT record, made like the request's.
 func SetSubnet(req, m *dns.Msg, ecs *dns.EDNS0_SUBNET) {
 	if m.IsEdns0() == nil {
 		o := req.IsEdns0()

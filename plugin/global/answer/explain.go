@@ -20,7 +20,7 @@ import (
 // (and why), in tier order. The zone's apex tells the replica's state. Each is rendered from the
 // selection the IN answer is made of; nothing here is on the IN path.
 
-// replica is what the apex's explanation says of the replica answering.
+// Replica is what the apex's explanation says of the replica answering.
 type Replica struct {
 	Synced          bool
 	Leader          string // the writer's last known leader, "none"

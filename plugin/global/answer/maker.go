@@ -9,7 +9,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// recordMaker makes the records of answers from what they share: the options that shape them.
+// Maker makes the records of answers from what they share: the options that shape them.
 type Maker struct {
 	TTL     uint32       // ttl
 	Rotate  bool         // rotate: addresses within each tier

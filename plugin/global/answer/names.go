@@ -237,7 +237,7 @@ const (
 // nameserver is the name of zone's nameserver, which its NS record points at.
 func nameserver(zone string) string { return nameserverLabel + "." + zone }
 
-// questionName is the question's name as it came (unpacked names are in presentation form
+// QuestionName is the question's name as it came (unpacked names are in presentation form
 // already): what request.Request's QName computes, without formatting it again for every use.
 func QuestionName(r *dns.Msg) string {
 	if len(r.Question) == 0 {
@@ -246,7 +246,7 @@ func QuestionName(r *dns.Msg) string {
 	return r.Question[0].Name
 }
 
-// lowerName returns name in lower case. Nearly every question's name is lower case ASCII already:
+// LowerName returns name in lower case. Nearly every question's name is lower case ASCII already:
 // that is checked 8 bytes at a time, the last 8 read again for a tail, and name returned as it
 // is: about 60 instructions for a name of 14 bytes, where strings.ToLower's check of one byte at
 // a time, which every query paid, took 200.

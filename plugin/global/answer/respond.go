@@ -3,8 +3,8 @@
 // the reply's explanation. Its files follow a query's way down, each using only those below it:
 // respond.go dispatches a name to its reply or explanation (explain.go); reply.go makes the IN
 // reply of address records (addresses.go) or SRV records (srv.go), with what every record shares
-// (maker.go); view.go chooses what a name selects: the service, its view and policy, into a
-// selection (selection.go), ranked from who asks (asker.go) the name parsed (names.go) says.
+// (maker.go); view.go chooses what a name selects, the service, its view and policy, into a
+// selection (selection.go), ranked from who asks (asker.go); names.go parses the name.
 //
 // The plugin (package global) reads the Corefile into an Answerer and serves DNS with it.
 //
@@ -25,7 +25,7 @@ import (
 // answers, each set by the Corefile's reader (the plugin's config.go), and where they are read.
 type Answerer struct {
 	Chooser              // names, policy, prefer_namespaces: what names select
-	Maker                // ttl, rotate: how answers are made of it
+	Maker                // ttl, rotate: how records are made
 	Asker                // client_locality, client_ecs_from: who asks, by the locator the plugin builds
 	Explain     bool     // explain: answer CH TXT with the explanation of a name
 	ExplainFrom Networks // explain_from: who may ask for explanations; nil: anyone

@@ -21,7 +21,7 @@ type selection struct {
 	svc        *index.Service
 	candidates []selection
 
-	// querier is the client the answer is ranked from, when known: then every record's tier is
+	// Querier is the client the answer is ranked from, when known: then every record's tier is
 	// the client's (Topology.ClientTier), not the cluster's.
 	Querier
 
@@ -220,7 +220,7 @@ var policySetters = [...]string{fromDefault: "default", fromAnnotation: "annotat
 
 func (s policySetter) String() string { return policySetters[s] }
 
-// policies are the policies of a plugin's zones and its own (zone ""): a few, looked up on every
+// Policies are the policies of a plugin's zones and its own (zone ""): a few, looked up on every
 // query without hashing. The zones are the plugin's own strings, which compare at a glance.
 type Policies []zonePolicy
 
@@ -229,7 +229,7 @@ type zonePolicy struct {
 	policy index.Policy
 }
 
-// policiesOf returns the policies of m.
+// PoliciesOf returns the policies of m.
 func PoliciesOf(m map[string]index.Policy) Policies {
 	var out Policies
 	for z, p := range m {
@@ -238,7 +238,7 @@ func PoliciesOf(m map[string]index.Policy) Policies {
 	return out
 }
 
-// get returns the policy of zone, and whether it has one.
+// Get returns the policy of zone, and whether it has one.
 func (ps Policies) Get(zone string) (index.Policy, bool) {
 	for i := range ps {
 		if ps[i].zone == zone {
@@ -248,7 +248,7 @@ func (ps Policies) Get(zone string) (index.Policy, bool) {
 	return index.Policy{}, false
 }
 
-// set sets the policy of zone.
+// Set sets the policy of zone.
 func (ps *Policies) Set(zone string, p index.Policy) {
 	for i := range *ps {
 		if (*ps)[i].zone == zone {

@@ -9,7 +9,7 @@ import (
 	"github.com/miekg/dns"
 )
 
-// chooser chooses what names answer: the options that decide it.
+// Chooser chooses what names answer: the options that decide it.
 type Chooser struct {
 	Policies         Policies // policy: by zone, the zones' policies; under "", the instance's
 	PreferNamespaces []string // prefer_namespaces: the order in which short names pick a namespace
