@@ -136,7 +136,7 @@ func dashed(a netip.Addr) string {
 	return h
 }
 
-func (st *sourceSlices) add(o *slice) {
+func (st *feedSlices) add(o *slice) {
 	st.byName[nameID(o.name)] = o
 	if st.first[o.service] == nil {
 		st.first[o.service] = o
@@ -146,7 +146,7 @@ func (st *sourceSlices) add(o *slice) {
 }
 
 // replace puts n, of the same name and Service as o, in o's place.
-func (st *sourceSlices) replace(o, n *slice) {
+func (st *feedSlices) replace(o, n *slice) {
 	st.byName[nameID(n.name)] = n
 	if st.first[o.service] == o {
 		st.first[o.service] = n
@@ -156,7 +156,7 @@ func (st *sourceSlices) replace(o, n *slice) {
 	list[slices.IndexFunc(list, func(r sliceRef) bool { return r.obj == o })] = sliceRef{n, n.slice}
 }
 
-func (st *sourceSlices) remove(o *slice) {
+func (st *feedSlices) remove(o *slice) {
 	delete(st.byName, nameID(o.name))
 	if st.first[o.service] != o {
 		st.dropMore(o.service, o)
@@ -172,7 +172,7 @@ func (st *sourceSlices) remove(o *slice) {
 	st.dropMore(o.service, last)
 }
 
-func (st *sourceSlices) dropMore(service string, o *slice) {
+func (st *feedSlices) dropMore(service string, o *slice) {
 	list := slices.DeleteFunc(st.more[service], func(r sliceRef) bool { return r.obj == o })
 	if len(list) == 0 {
 		delete(st.more, service)
@@ -181,37 +181,37 @@ func (st *sourceSlices) dropMore(service string, o *slice) {
 	st.more[service] = list
 }
 
-func (sp *namespaceObjects) slicesOf(src source) *sourceSlices {
+func (sp *namespaceObjects) slicesOf(src feed) *feedSlices {
 	if src == fromLocal {
 		return &sp.localSlices
 	}
 	return &sp.mirrorSlices
 }
 
-// sliceKey is the global service that a slice of Service name (of source src) belongs to.
-func (sp *namespaceObjects) sliceKey(ns string, src source, name string) (index.Key, bool) {
+// sliceKey is the global service that a slice of Service name (of feed src) belongs to.
+func (sp *namespaceObjects) sliceKey(ns string, src feed, name string) (index.Key, bool) {
 	if src == fromLocal {
 		return index.Key{Namespace: ns, Name: name}, true
 	}
 	return sp.mirrorKey(name)
 }
 
-// sliceVersion is the version kept of slice name of source src; 0 for none.
-func (sp *namespaceObjects) sliceVersion(src source, name string) uint64 {
+// sliceVersion is the version kept of slice name of feed src; 0 for none.
+func (sp *namespaceObjects) sliceVersion(src feed, name string) uint64 {
 	if e := sp.slicesOf(src).byName[nameID(name)]; e != nil && e.name == name {
 		return e.version
 	}
 	return 0
 }
 
-func (sp *namespaceObjects) sliceKeys(src source, out []objectKey) []objectKey {
+func (sp *namespaceObjects) sliceKeys(src feed, out []objectKey) []objectKey {
 	for id := range sp.slicesOf(src).byName {
 		out = append(out, objectKey{id: id})
 	}
 	return out
 }
 
-func (sp *namespaceObjects) removeSlice(ns string, src source, id uint64, c affected) {
+func (sp *namespaceObjects) removeSlice(ns string, src feed, id uint64, c affected) {
 	ss := sp.slicesOf(src)
 	if o, ok := ss.byName[id]; ok {
 		ss.remove(o)
@@ -219,7 +219,7 @@ func (sp *namespaceObjects) removeSlice(ns string, src source, id uint64, c affe
 	}
 }
 
-func (sp *namespaceObjects) putSlice(src source, o *slice, c affected) {
+func (sp *namespaceObjects) putSlice(src feed, o *slice, c affected) {
 	if o.service == "" {
 		return
 	}

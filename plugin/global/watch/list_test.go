@@ -89,7 +89,7 @@ func testSlices() *discoveryv1.EndpointSliceList {
 }
 
 // converted is what transform makes of a typed list's items.
-func converted[T any](t *testing.T, src source, items []T) []runtime.Object {
+func converted[T any](t *testing.T, src feed, items []T) []runtime.Object {
 	convert := transform(src, newProblemLog("test"))
 	var out []runtime.Object
 	for i := range items {

@@ -73,11 +73,11 @@ var scaleClusters = []string{"", "west", "north", "south"} // "": the local Serv
 
 const scaleEndpoints = 3
 
-// scaleObjects returns the API objects of n global services, by reflector (kind, source) as the
+// scaleObjects returns the API objects of n global services, by reflector (kind, feed) as the
 // reflectors list them.
 func scaleObjects(services int) map[[2]int][]any {
 	lists := map[[2]int][]any{}
-	add := func(k kind, src source, obj any) {
+	add := func(k kind, src feed, obj any) {
 		lists[[2]int{int(k), int(src)}] = append(lists[[2]int{int(k), int(src)}], obj)
 	}
 	for i := range services {

@@ -52,13 +52,13 @@ type object interface {
 	objectMeta() *meta
 }
 
-// source is what one reflector watches, which decides how its objects are converted.
-type source uint8
+// feed is what one reflector watches, which decides how its objects are converted.
+type feed uint8
 
 const (
-	fromLocal     source = iota // Services selected by the export selector, and their slices
-	fromMirror                  // Linkerd's mirror Services, and the headless mirrors' slices
-	fromPodMirror               // the slices of Linkerd's per-pod mirrors: only their readiness counts
+	fromLocal     feed = iota // Services selected by the export selector, and their slices
+	fromMirror                // Linkerd's mirror Services, and the headless mirrors' slices
+	fromPodMirror             // the slices of Linkerd's per-pod mirrors: only their readiness counts
 )
 
 func quote(s string) string {

@@ -18,7 +18,7 @@ type reflectorStore struct {
 	objects   *objectStore
 	namespace string // the reflector's; "" for all
 	kind      kind
-	src       source
+	src       feed
 	transform func(any) (any, error)
 	problems  *problemLog   // what transform reported, per object
 	synced    chan struct{} // closed by the first Replace: the initial list
@@ -236,7 +236,7 @@ func (s *objectStore) put(t *reflectorStore, o object, c affected) {
 // transform returns the conversion of one source's objects, reporting their problems to log. It
 // must never fail (an error would stall the reflector) and must be idempotent (objects streamed
 // at start are converted twice).
-func transform(src source, log *problemLog) func(any) (any, error) {
+func transform(src feed, log *problemLog) func(any) (any, error) {
 	return func(obj any) (any, error) {
 		switch o := obj.(type) {
 		case *corev1.Service:

@@ -16,7 +16,7 @@ func (s *service) key() index.Key { return index.Key{Namespace: s.namespace, Nam
 func (s *service) DeepCopyObject() runtime.Object { c := *s; return &c }
 
 // serviceVersion is the version kept of Service name of source src; 0 for none.
-func (sp *namespaceObjects) serviceVersion(src source, name string) uint64 {
+func (sp *namespaceObjects) serviceVersion(src feed, name string) uint64 {
 	e := sp.mirrors[name]
 	if src == fromLocal {
 		e = sp.local[name]
@@ -59,7 +59,7 @@ func (sp *namespaceObjects) removeMirror(name string, c affected) {
 }
 
 // putService adds o, of source src, when it is a member of a global service.
-func (sp *namespaceObjects) putService(src source, o *service, c affected) {
+func (sp *namespaceObjects) putService(src feed, o *service, c affected) {
 	if o.member == nil {
 		return // not a member of anything: not kept
 	}

@@ -31,8 +31,8 @@ type namespaceObjects struct {
 	mirrorsOf       map[string][]*service     // headless mirrors, by global service name
 	podMirrors      map[uint64]*podMirror     // per-pod mirrors, by podID of their name
 	podMirrorLists  map[string]*podMirrorList // per-pod mirrors, by headless mirror name
-	localSlices     sourceSlices              // the local Services'
-	mirrorSlices    sourceSlices              // the headless (and ClusterIP) mirrors'
+	localSlices     feedSlices                // the local Services'
+	mirrorSlices    feedSlices                // the headless (and ClusterIP) mirrors'
 	podMirrorSlices map[uint64]podAndReady    // per-pod mirrors' slices, by nameID of their name
 }
 
@@ -51,8 +51,8 @@ func (s *objectStore) objectsIn(ns string) *namespaceObjects {
 		sp = &namespaceObjects{
 			local: map[string]*service{}, mirrors: map[string]*service{}, mirrorsOf: map[string][]*service{},
 			podMirrors: map[uint64]*podMirror{}, podMirrorLists: map[string]*podMirrorList{},
-			localSlices:     newSourceSlices(),
-			mirrorSlices:    newSourceSlices(),
+			localSlices:     newFeedSlices(),
+			mirrorSlices:    newFeedSlices(),
 			podMirrorSlices: map[uint64]podAndReady{},
 		}
 		s.byNamespace[ns] = sp
@@ -109,17 +109,17 @@ type Sink interface {
 	Start()
 }
 
-// sourceSlices is the slices of one source, by nameID of their name and by Service: nearly every
+// feedSlices is the slices of one feed, by nameID of their name and by Service: nearly every
 // Service has one slice, so the first is kept apart from the rest (a list per Service would be
 // one more allocation, and a bigger map entry, per Service).
-type sourceSlices struct {
+type feedSlices struct {
 	byName map[uint64]*slice
 	first  map[string]*slice     // by Service
 	more   map[string][]sliceRef // by Service, when it has more than one
 }
 
-func newSourceSlices() sourceSlices {
-	return sourceSlices{byName: map[uint64]*slice{}, first: map[string]*slice{}, more: map[string][]sliceRef{}}
+func newFeedSlices() feedSlices {
+	return feedSlices{byName: map[uint64]*slice{}, first: map[string]*slice{}, more: map[string][]sliceRef{}}
 }
 
 // podMirrorList is the per-pod mirrors of one headless mirror, a list linked through

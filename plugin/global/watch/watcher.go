@@ -51,7 +51,7 @@ func New(client kubernetes.Interface, namespaces []string, exportSelector string
 		lists := namespaceLister{client: client, namespace: ns, typed: typed}
 		for _, r := range []struct {
 			kind     kind
-			src      source
+			src      feed
 			selector string
 			name     string
 		}{
