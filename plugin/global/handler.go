@@ -147,14 +147,13 @@ func newReply(r *dns.Msg) *dns.Msg {
 	return m
 }
 
-// replica is what the apex's explanation says of this replica.
-func (g *Global) replica() answer.Replica {
-	rep := answer.Replica{Synced: g.Index.Ready(), Leader: "none", Writer: g.writer != nil, Topology: g.Index.Topology(),
-		Version: coremain.CoreVersion + "+" + cmp.Or(coremain.GitCommit, "unknown")}
+// replica adds to rep, the apex's explanation of this replica, its writer, leader and version.
+func (g *Global) replica(rep *answer.Replica) {
+	rep.Writer = g.writer != nil
+	rep.Version = coremain.CoreVersion + "+" + cmp.Or(coremain.GitCommit, "unknown")
 	if g.writer != nil {
 		if l := g.leader.Load(); l != nil {
 			rep.Leader, rep.Leading = *l, *l == g.identity
 		}
 	}
-	return rep
 }

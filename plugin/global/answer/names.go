@@ -41,8 +41,8 @@ const (
 const mcsVersion = "1.0.0"
 
 // schemeOf returns the naming scheme of zone: MCS names in mcsZones, else .global's.
-func schemeOf(MCSZones []string, zone string) scheme {
-	if slices.Contains(MCSZones, zone) {
+func schemeOf(mcsZones []string, zone string) scheme {
+	if slices.Contains(mcsZones, zone) {
 		return schemeMCS
 	}
 	return schemeGlobal

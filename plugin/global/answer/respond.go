@@ -31,7 +31,7 @@ type Answerer struct {
 	ExplainFrom Networks // explain_from: who may ask for explanations; nil: anyone
 
 	Index   *index.Index   // what names answer
-	Replica func() Replica // what the apex's explanation says of the replica; nil: the index's state
+	Replica func(*Replica) // adds to the apex's explanation what the plugin knows of the replica beyond its index
 }
 
 // MayExplain reports whether the query received on w may be answered with explanations: explain
@@ -118,7 +118,7 @@ func (a *Answerer) explanation(state *request.Request, m *dns.Msg, snap *index.S
 func (a *Answerer) explainApex(snap *index.Snapshot) []string {
 	rep := Replica{Synced: a.Index.Ready(), Leader: "none", Topology: a.Index.Topology()}
 	if a.Replica != nil {
-		rep = a.Replica()
+		a.Replica(&rep)
 	}
 	return explainReplica(rep, snap)
 }
