@@ -2,10 +2,12 @@ package answer
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 
 	"github.com/globaldns/global/plugin/global/index"
+	"github.com/globaldns/global/plugin/global/index/indextest"
 
 	"github.com/miekg/dns"
 )
@@ -77,4 +79,44 @@ func names(rrs []dns.RR) []string {
 		out[i] = rr.Header().Name
 	}
 	return out
+}
+
+// TestKeptLists: the list of records kept with a remembered answer (answerList) is made for the
+// owner and TTL that asked, one record per record of the answer's family, and found again by the
+// next answer of that name and TTL; another owner or TTL makes and keeps one of its own.
+func TestKeptLists(t *testing.T) {
+	k := index.Key{Namespace: "db", Name: "foo"}
+	src := indextest.New()
+	src.Add(k, &index.Member{Namespace: "db", Name: "foo", Origin: index.Origin{Ports: []index.Port{{Name: "db", Port: 5432, Protocol: "TCP"}}}},
+		indextest.Slice(nil, indextest.Endpoint("foo-0", "10.0.0.1"), indextest.Endpoint("foo-1", "10.0.0.2"), indextest.Endpoint("foo-2", "10.0.0.3")))
+	ix := index.New(indextest.Topology(), src)
+	ix.Changed(k)
+	ix.Start()
+	ix.Publish()
+	var kept *index.Kept
+	v := ix.Snapshot().Service(k).NearestKept(&kept, "", "", 0, nil, math.MaxInt)
+	if kept == nil || len(v.A) != 3 {
+		t.Fatalf("no remembered answer of 3 records: %v, %+v", kept, v)
+	}
+	listed := func(mk *Maker, owner string) []dns.RR {
+		t.Helper()
+		rrs := mk.listOf(kept, owner, v.A, true)
+		l, ok := kept.Rendered(index.IPv4).(*answerList)
+		if !ok || l.owner != owner || l.ttl != mk.TTL || len(l.rrs) != len(v.A) || !slices.Equal(l.rrs, rrs) {
+			t.Fatalf("%s, TTL %d: the list kept is %+v", owner, mk.TTL, kept.Rendered(index.IPv4))
+		}
+		for i, rr := range rrs {
+			if a, ok := rr.(*dns.A); !ok || a.Hdr.Name != owner || a.Hdr.Ttl != mk.TTL || !a.A.Equal(v.A[i].IP()) {
+				t.Fatalf("%s, TTL %d: record %d is %v, want the A record of %s", owner, mk.TTL, i, rr, v.A[i].IP())
+			}
+		}
+		return rrs
+	}
+	five := &Maker{TTL: 5}
+	first := listed(five, "foo.db.global.")
+	if next := listed(five, "foo.db.global."); &next[0] != &first[0] {
+		t.Error("the next answer of the same name and TTL made its list again")
+	}
+	listed(five, "FOO.db.global.")
+	listed(&Maker{TTL: 30}, "foo.db.global.")
 }
