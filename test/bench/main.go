@@ -34,6 +34,9 @@ type options struct {
 	// settings (e.g. GOGC=200).
 	corednsEnv []string
 	profiles   string // where the scale step saves each coredns's heap profile, heap-<run>.pb.gz
+	// compare is a commit whose ServeDNS benchmarks are compared with this build's, each one
+	// ("": no such step).
+	compare string
 }
 
 func main() {
@@ -49,11 +52,12 @@ func main() {
 	flag.IntVar(&o.services, "services", 2000, "global services in the scale test's point with per-pod mirrors (x 4 clusters x 3 endpoints)")
 	flag.IntVar(&o.largeServices, "large-services", 10000, "global services in the scale test's large point, without per-pod mirrors (x 4 clusters x 3 endpoints; 0 skips it)")
 	flag.StringVar(&o.out, "out", "docs/benchmarks.md", "where to write the report")
-	flag.StringVar(&o.only, "only", "", "run only the steps whose names contain this (throughput, ranked, programming, scale, micro)")
+	flag.StringVar(&o.only, "only", "", "run only the steps whose names contain this (micro, baseline, compare, throughput, ranked, programming, scale)")
 	flag.Func("coredns-env", "KEY=VALUE added to the scale step's coredns environment (repeatable)", func(v string) error {
 		o.corednsEnv = append(o.corednsEnv, v)
 		return nil
 	})
+	flag.StringVar(&o.compare, "compare", "", "compare every ServeDNS benchmark with this commit's (a step of its own, off without it)")
 	flag.StringVar(&o.profiles, "profiles", "", "save the scale step's heap profiles (heap-<run>.pb.gz) in this directory")
 	flag.Parse()
 
@@ -83,15 +87,17 @@ func run(ctx context.Context, o options) error {
 		name           string
 		run            func(context.Context, *harness.ControlPlane, options, *report) error
 		noControlPlane bool
+		off            bool // a step asked for by a flag
 	}{
-		{"micro: Go benchmarks", micro, true},
-		{"baseline: the plain names against " + baselineCommit, baseline, true},
-		{"throughput: queries per second and latency", throughput, false},
-		{"ranked: answers ranked from the client, and zonal names", ranked, false},
-		{"programming: change to answer, and writer cost", programming, false},
-		{"scale: memory and time to ready", scale, false},
+		{"micro: Go benchmarks", micro, true, false},
+		{"baseline: the plain names against " + baselineCommit, baseline, true, false},
+		{"compare: every ServeDNS benchmark against -compare", compare, true, o.compare == ""},
+		{"throughput: queries per second and latency", throughput, false, false},
+		{"ranked: answers ranked from the client, and zonal names", ranked, false, false},
+		{"programming: change to answer, and writer cost", programming, false, false},
+		{"scale: memory and time to ready", scale, false, false},
 	} {
-		if !strings.Contains(step.name, o.only) {
+		if !strings.Contains(step.name, o.only) || step.off {
 			continue
 		}
 		if cp == nil && !step.noControlPlane {

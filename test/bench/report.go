@@ -37,6 +37,7 @@ func newReport(o options) *report {
 		"Kernel: "+strings.TrimSpace(readFile("/proc/sys/kernel/osrelease")),
 		"Go: "+runtime.Version(),
 		"CoreDNS: v1.15.0 (bin/coredns, `make build`)",
+		"Commit: "+commit(),
 		"Control plane: kube-apiserver and kube-controller-manager "+kubeVersion()+", etcd v3.6.6 (`make controlplane`), on loopback",
 		"dnsperf: "+strings.TrimSpace(shell("dnsperf -h 2>&1 | grep Version")),
 	)
@@ -106,6 +107,15 @@ func firstField(path, prefix string) string {
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// commit names the build measured: the commit, and whether the work tree differs from it.
+func commit() string {
+	c := strings.TrimSpace(shell("git rev-parse --short HEAD"))
+	if strings.TrimSpace(shell("git status --porcelain --untracked-files=no")) != "" {
+		c += " with uncommitted changes"
+	}
+	return c
 }
 
 func shell(cmd string) string {
