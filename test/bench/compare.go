@@ -36,17 +36,17 @@ func compare(ctx context.Context, _ *harness.ControlPlane, o options, r *report)
 		intro: "`make bench BENCHFLAGS='-only compare -compare " + o.compare + " -out compare.md'`: `go test -c ./plugin/global/` at " + o.compare +
 			" and at this build, then `-test.bench 'ServeDNS/' -test.benchtime 1s` of each, alternately, four rounds (ns/op, medians " +
 			"and ranges), for every `ServeDNS` benchmark the two share; and the instructions per query of each (callgrind at 20,000 " +
-			"and at 40,000 queries, the difference over 20,000, the least of two runs at each count).",
+			"and at 40,000 queries, the difference over 20,000, the median of three runs at each count).",
 		header: []string{"Name", o.compare, "this build", "this / " + o.compare, "instructions " + o.compare, "this build", "this / " + o.compare},
 	}
 	worst, worstName := 0.0, ""
 	for _, b := range shared {
 		base, head := ns["base"][b], ns["head"][b]
-		ib, err := instructions(ctx, bins["base"], b, 2)
+		ib, err := instructions(ctx, bins["base"], b, 3)
 		if err != nil {
 			return err
 		}
-		ih, err := instructions(ctx, bins["head"], b, 2)
+		ih, err := instructions(ctx, bins["head"], b, 3)
 		if err != nil {
 			return err
 		}
