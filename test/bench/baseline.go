@@ -39,32 +39,55 @@ func baseline(ctx context.Context, _ *harness.ControlPlane, o options, r *report
 			"' -test.benchtime 1s` of each, alternately, four rounds (ns/op, medians and ranges); and the instructions per query, " +
 			"which do not drift with the machine: callgrind (`GODEBUG=asyncpreemptoff=1 GOGC=off valgrind --tool=callgrind`) counting " +
 			"each benchmark at 20,000 and at 40,000 queries, the difference over 20,000.",
-		header: []string{"Name", baselineCommit, "this build", "this / " + baselineCommit, "instructions " + baselineCommit, "this build", "this / " + baselineCommit},
+		header: comparedHeader(baselineCommit),
 	}
 	var ratios, iratios []string
 	for _, b := range plainNames {
-		base, head := ns["base"][b], ns["head"][b]
-		if len(base) == 0 || len(head) == 0 {
+		if base, head := ns["base"][b], ns["head"][b]; len(base) == 0 || len(head) == 0 {
 			return fmt.Errorf("no %s result (base %v, head %v)", b, base, head)
 		}
-		ib, err := instructions(ctx, bins["base"], b, 1)
+		c, err := compareOne(ctx, bins, ns, b, 1)
 		if err != nil {
 			return err
 		}
-		ih, err := instructions(ctx, bins["head"], b, 1)
-		if err != nil {
-			return err
-		}
-		ratio := median(head) / median(base)
-		s.rows = append(s.rows, []string{b, spread(base), spread(head), fmt.Sprintf("%.2f", ratio),
-			fmt.Sprint(ib), fmt.Sprint(ih), fmt.Sprintf("%.3f", float64(ih)/float64(ib))})
-		ratios = append(ratios, fmt.Sprintf("%s %.2f", b, ratio))
-		iratios = append(iratios, fmt.Sprintf("%s %.3f (%d vs %d)", b, float64(ih)/float64(ib), ih, ib))
+		s.rows = append(s.rows, c.row)
+		ratios = append(ratios, fmt.Sprintf("%s %.2f", b, c.time))
+		iratios = append(iratios, fmt.Sprintf("%s %.3f (%d vs %d)", b, c.instructions, c.ih, c.ib))
 	}
 	r.add(s)
 	r.goal("ServeDNS of the plain names (service, nearest, srv) against "+baselineCommit+", both built here, alternating", "≤ 1.00× each",
 		"time "+strings.Join(ratios, ", ")+"; instructions "+strings.Join(iratios, ", "))
 	return nil
+}
+
+// comparedHeader is the header of a table of compareOne's rows against base.
+func comparedHeader(base string) []string {
+	return []string{"Name", base, "this build", "this / " + base, "instructions " + base, "this build", "this / " + base}
+}
+
+// compared is one benchmark of the base and head binaries: its table row, and head's time and
+// instructions per query over base's.
+type compared struct {
+	row                []string
+	time, instructions float64
+	ib, ih             int64
+}
+
+// compareOne compares benchmark b of bins, its times in ns (alternate's) and its instructions per
+// query (of runs callgrind runs at each count).
+func compareOne(ctx context.Context, bins map[string]string, ns map[string]map[string][]float64, b string, runs int) (compared, error) {
+	base, head := ns["base"][b], ns["head"][b]
+	ib, err := instructions(ctx, bins["base"], b, runs)
+	if err != nil {
+		return compared{}, err
+	}
+	ih, err := instructions(ctx, bins["head"], b, runs)
+	if err != nil {
+		return compared{}, err
+	}
+	c := compared{time: median(head) / median(base), instructions: float64(ih) / float64(ib), ib: ib, ih: ih}
+	c.row = []string{b, spread(base), spread(head), fmt.Sprintf("%.2f", c.time), fmt.Sprint(ib), fmt.Sprint(ih), fmt.Sprintf("%.3f", c.instructions)}
+	return c, nil
 }
 
 // testBinaries builds the test binaries of ./plugin/global at commit (from git archive) and of
@@ -80,6 +103,9 @@ func testBinaries(ctx context.Context, o options, commit string) (map[string]str
 	}
 	bins := map[string]string{"base": filepath.Join(o.work, commit+".test"), "head": filepath.Join(o.work, "head.test")}
 	for name, dir := range map[string]string{"base": src, "head": "."} {
+		if _, err := os.Stat(bins[name]); err == nil {
+			continue // built by an earlier step of this run (head.test by baseline's, for compare)
+		}
 		build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bins[name], "./plugin/global/")
 		build.Dir = dir
 		if out, err := build.CombinedOutput(); err != nil {

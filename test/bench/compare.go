@@ -37,26 +37,19 @@ func compare(ctx context.Context, _ *harness.ControlPlane, o options, r *report)
 			" and at this build, then `-test.bench 'ServeDNS/' -test.benchtime 1s` of each, alternately, four rounds (ns/op, medians " +
 			"and ranges), for every `ServeDNS` benchmark the two share; and the instructions per query of each (callgrind at 20,000 " +
 			"and at 40,000 queries, the difference over 20,000, the median of three runs at each count).",
-		header: []string{"Name", o.compare, "this build", "this / " + o.compare, "instructions " + o.compare, "this build", "this / " + o.compare},
+		header: comparedHeader(o.compare),
 	}
 	worst, worstName := 0.0, ""
 	for _, b := range shared {
-		base, head := ns["base"][b], ns["head"][b]
-		ib, err := instructions(ctx, bins["base"], b, 3)
+		c, err := compareOne(ctx, bins, ns, b, 3)
 		if err != nil {
 			return err
 		}
-		ih, err := instructions(ctx, bins["head"], b, 3)
-		if err != nil {
-			return err
+		if c.instructions > worst {
+			worst, worstName = c.instructions, b
 		}
-		iratio := float64(ih) / float64(ib)
-		if iratio > worst {
-			worst, worstName = iratio, b
-		}
-		s.rows = append(s.rows, []string{b, spread(base), spread(head), fmt.Sprintf("%.2f", median(head)/median(base)),
-			fmt.Sprint(ib), fmt.Sprint(ih), fmt.Sprintf("%.3f", iratio)})
-		fmt.Println(strings.Join(s.rows[len(s.rows)-1], "  "))
+		s.rows = append(s.rows, c.row)
+		fmt.Println(strings.Join(c.row, "  "))
 	}
 	r.add(s)
 	r.goal(fmt.Sprintf("ServeDNS, every row (%d) against %s, instructions per query", len(s.rows), o.compare), "≤ 1.01× each",
